@@ -1,0 +1,1 @@
+"""Analyses: pure functions on models and tensors (no training code)."""

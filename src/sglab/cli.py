@@ -1,0 +1,227 @@
+"""The ``sglab`` command line. It parses, calls library functions and prints.
+
+Errors a user can cause are printed without a traceback and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sglab.errors import SglabError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="sglab: train small networks on compositional tasks and test whether "
+                       "they generalize systematically.")
+
+RunsDir = Annotated[Path | None, typer.Option(
+    "--runs-dir", help="Run store directory (default: $SGLAB_RUNS_DIR or ./runs).")]
+Sets = Annotated[list[str] | None, typer.Option(
+    "--set", help="Dotted override KEY=VALUE, e.g. model.pos_encoding=none (repeatable).")]
+Workers = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="Worker processes (default: one per core).")]
+Threads = Annotated[int | None, typer.Option(
+    "--threads", min=1, help="torch threads per worker (default: cores / workers).")]
+
+
+def _out(line: str) -> None:
+    print(line, flush=True)
+
+
+@app.command("list")
+def list_cmd(what: Annotated[str, typer.Argument(help="tasks | models | experiments | all")] = "all"):
+    """List registered tasks, models and experiments."""
+    from sglab import registry
+
+    kinds = ["tasks", "models", "experiments"] if what == "all" else [what]
+    for kind in kinds:
+        if kind not in ("tasks", "models", "experiments"):
+            raise SglabError(f"cannot list {what!r}; choose tasks, models, experiments or all")
+        _out(f"{kind}:")
+        if kind == "experiments":
+            for name, exp in sorted(registry.experiments().items()):
+                _out(f"  {name:20s} {exp.title}  (presets: {', '.join(exp.presets)})")
+        else:
+            for name, entry in sorted(registry.entries(kind[:-1]).items()):
+                _out(f"  {name:20s} {entry.description}")
+
+
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML run config.")] = None,
+    task: Annotated[str | None, typer.Option(help="Task name (same as --set task.name=...).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
+    set_: Sets = None,
+    preset: Annotated[str | None, typer.Option(
+        help="Start from a named experiment preset's base config, as EXPERIMENT:PRESET "
+             "(e.g. symmetry:quick).")] = None,
+    resume: Annotated[str | None, typer.Option(help="Continue the run with this id.")] = None,
+    runs_dir: RunsDir = None,
+    out: Annotated[Path | None, typer.Option(help="Also write report.html + results.json here.")] = None,
+):
+    """Train one run (or resume one with --resume RUN_ID)."""
+    from sglab.config import build_run_config, load_yaml
+    from sglab.store import RunStore, runs_dir_from
+    from sglab.train.loop import Trainer, load_run_config
+
+    root = runs_dir_from(str(runs_dir) if runs_dir else None)
+    if resume:
+        if config or task or model or set_ or preset:
+            raise SglabError("--resume takes the config stored with the run; drop the other options")
+        run_dir = root / resume
+        if not run_dir.is_dir():
+            raise SglabError(f"no run {resume!r} in {str(root)!r}; list runs with `sglab runs`")
+        cfg = load_run_config(run_dir)
+    else:
+        base: dict = load_yaml(config) if config else {}
+        if preset:
+            base = _preset_base(preset, base)
+        extra = list(set_ or [])
+        if task:
+            extra.insert(0, f"task.name={task}")
+        if model:
+            extra.insert(0, f"model.name={model}")
+        cfg = build_run_config(base, extra)
+    trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
+    summary = trainer.run(resume=bool(resume))
+    _out(f"run {summary['run_id']} {summary['status']} in {root / summary['run_id']}")
+    if out:
+        from sglab.report.run import run_report
+
+        _out(f"report: {run_report(trainer.run_dir, out)}")
+
+
+def _preset_base(spec: str, base: dict) -> dict:
+    from sglab import registry
+    from sglab.config import apply_overrides
+
+    if ":" not in spec:
+        raise SglabError(f"--preset {spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
+    name, preset = spec.split(":", 1)
+    experiment = registry.experiment(name)
+    params = experiment.preset(preset)
+    return apply_overrides(params["base"], base) if base else params["base"]
+
+
+@app.command()
+def run(
+    name: Annotated[str, typer.Argument(help="Experiment name (see `sglab list experiments`).")],
+    preset: Annotated[str, typer.Option(help="quick | default | paper")] = "default",
+    seeds: Annotated[int | None, typer.Option(help="Override the preset's number of seeds.")] = None,
+    set_: Sets = None,
+    out: Annotated[Path | None, typer.Option(help="Output dir (default: results/NAME-PRESET).")] = None,
+    runs_dir: RunsDir = None,
+    workers: Workers = None,
+    threads: Threads = None,
+):
+    """Run a named experiment: train its grid, check its claims, write the report."""
+    from sglab import registry
+    from sglab.experiments import run_experiment
+    from sglab.store import runs_dir_from
+
+    experiment = registry.experiment(name)
+    out_dir = out or Path("results") / f"{name}-{preset}"
+    results = run_experiment(experiment, preset, out_dir, runs_dir_from(
+        str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
+        overrides=list(set_ or []), printer=_out)
+    failed = [c for c in results["claims"] if c["passed"] is False]
+    _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
+
+
+@app.command()
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Sweep YAML (base, grid, seeds).")],
+    backend: Annotated[str, typer.Option(help="local")] = "local",
+    set_: Sets = None,
+    out: Annotated[Path | None, typer.Option(help="Output dir (default: results/SWEEP_NAME).")] = None,
+    runs_dir: RunsDir = None,
+    workers: Workers = None,
+    threads: Threads = None,
+):
+    """Run a grid x seeds sweep; rerunning skips finished runs and resumes the others."""
+    from sglab.report.run import sweep_report
+    from sglab.store import runs_dir_from
+    from sglab.sweep import expand, load_sweep, run_configs
+
+    if backend != "local":
+        raise SglabError(f"unknown backend {backend!r}; available: local")
+    spec_data = load_sweep(spec)
+    configs = expand(spec_data, list(set_ or []))
+    root = runs_dir_from(str(runs_dir) if runs_dir else None)
+    summaries = run_configs(configs, root, workers=workers, threads=threads,
+                            tag=f"sweep/{spec_data.name}", printer=_out)
+    out_dir = out or Path("results") / spec_data.name
+    _out(f"report: {sweep_report(spec_data, configs, summaries, out_dir)}")
+    if any(s.get("status") != "finished" for s in summaries):
+        raise SglabError("some runs failed (see the report); rerun the sweep to retry them")
+
+
+@app.command()
+def runs(
+    where: Annotated[list[str] | None, typer.Option(
+        "--where", help="Filter KEY=VALUE / KEY>VALUE on a column, config path or "
+                        "final.METRIC (repeatable).")] = None,
+    runs_dir: RunsDir = None,
+    reindex: Annotated[bool, typer.Option(help="Rebuild the index from run directories first.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+):
+    """Query the run store."""
+    from sglab.store import RunStore, runs_dir_from
+
+    store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
+    if reindex:
+        _out(f"indexed {store.reindex()} runs")
+    rows = store.query(list(where or []))
+    if as_json:
+        for row in rows:
+            _out(json.dumps(row))
+        return
+    _out(f"{'run_id':44s} {'status':9s} {'step':>6s} {'test/exact_match':>16s} tag")
+    for row in rows:
+        final = (row["summary"].get("final") or {}).get("test/exact_match")
+        shown = f"{final:.4f}" if isinstance(final, float) else "-"
+        _out(f"{row['run_id']:44s} {row['status'] or '-':9s} {row['step'] or 0:>6d} "
+             f"{shown:>16s} {row['tag'] or ''}")
+    _out(f"{len(rows)} run(s)")
+
+
+@app.command()
+def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output dir or run dir.")],
+           out: Annotated[Path | None, typer.Option(help="Where to write (default: PATH).")] = None):
+    """(Re)build report.html from results.json, or a run report from a run directory."""
+    from sglab.report import write_report
+    from sglab.report.run import run_report
+
+    if (path / "results.json").is_file():
+        results = json.loads((path / "results.json").read_text())
+        if out and out != path:
+            raise SglabError("an experiment report is rebuilt in place; drop --out")
+        _out(f"report: {write_report(results, path)}")
+    elif (path / "summary.json").is_file():
+        _out(f"report: {run_report(path, out or path)}")
+    else:
+        raise SglabError(f"{str(path)!r} has neither results.json (experiment or sweep output) "
+                         "nor summary.json (run directory)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point. Usage errors exit 2 (click); SglabError prints its message and exits 2."""
+    try:
+        app(args=argv)
+    except SystemExit as exc:  # click ends every command with one
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except SglabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Name -> (config class, factory) for tasks and models; name -> experiment.
+
+Modules register themselves on import; :func:`load_builtins` imports the
+built-in ones so that the registry is complete before a lookup.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from sglab.errors import SglabError
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    config_class: type[BaseModel]
+    factory: Callable[..., Any]
+    description: str
+
+
+_SECTIONS: dict[str, dict[str, Entry]] = {"task": {}, "model": {}}
+_EXPERIMENTS: dict[str, Any] = {}
+
+_BUILTIN_COMPONENTS = (
+    "sglab.tasks.addition",
+    "sglab.models.transformer",
+)
+_BUILTIN_EXPERIMENTS = ("sglab.experiments.symmetry",)
+
+
+def load_builtins(experiments: bool = False) -> None:
+    for module in _BUILTIN_COMPONENTS + (_BUILTIN_EXPERIMENTS if experiments else ()):
+        importlib.import_module(module)
+
+
+def register(section: str, name: str, config_class: type[BaseModel], description: str = ""):
+    """Decorator: ``@register("task", "addition", AdditionConfig)`` on a factory."""
+
+    def decorator(factory):
+        _SECTIONS[section][name] = Entry(name, config_class, factory, description)
+        return factory
+
+    return decorator
+
+
+def register_experiment(experiment) -> Any:
+    _EXPERIMENTS[experiment.name] = experiment
+    return experiment
+
+
+def _unknown(kind: str, name: Any, known: list[str]) -> SglabError:
+    near = difflib.get_close_matches(str(name), known, n=1, cutoff=0.4)
+    hint = f" Did you mean {near[0]!r}?" if near else ""
+    return SglabError(f"unknown {kind} {name!r}.{hint} Known: {', '.join(sorted(known))}")
+
+
+def entries(section: str) -> dict[str, Entry]:
+    load_builtins()
+    return dict(_SECTIONS[section])
+
+
+def entry(section: str, name: str) -> Entry:
+    load_builtins()
+    if name not in _SECTIONS[section]:
+        raise _unknown(section, name, list(_SECTIONS[section]))
+    return _SECTIONS[section][name]
+
+
+def config_class(section: str, name: str) -> type[BaseModel] | None:
+    load_builtins()
+    found = _SECTIONS[section].get(name)
+    return found.config_class if found else None
+
+
+def validate_section(section: str, value: Any) -> Any:
+    """Turn a task/model dict into the registered config class for its ``name``."""
+    if isinstance(value, BaseModel):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"the {section} section must be a mapping with a 'name' key")
+    if "name" not in value:
+        raise ValueError(
+            f"the {section} section needs a 'name' (one of: {', '.join(sorted(entries(section)))})"
+        )
+    cls = config_class(section, value["name"])
+    if cls is None:
+        raise ValueError(str(_unknown(section, value["name"], list(entries(section)))))
+    return cls.model_validate(value)
+
+
+def experiments() -> dict[str, Any]:
+    load_builtins(experiments=True)
+    return dict(_EXPERIMENTS)
+
+
+def experiment(name: str):
+    load_builtins(experiments=True)
+    if name not in _EXPERIMENTS:
+        raise _unknown("experiment", name, list(_EXPERIMENTS))
+    return _EXPERIMENTS[name]

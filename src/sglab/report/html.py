@@ -1,0 +1,99 @@
+"""Self-contained HTML from a results dict (figures embedded as base64 PNG).
+
+``results.json`` holds everything a report needs (claims, tables, figure paths),
+so ``sglab report DIR`` can rebuild ``report.html`` at any time.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from sglab.train.checkpoints import atomic_write_text
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em} h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4} .pass{color:#137333;font-weight:600} .fail{color:#b3261e;font-weight:600}
+.na{color:#777;font-weight:600} figure{margin:1em 0} figcaption{font-size:.85em;color:#555}
+img{max-width:100%} code{background:#f4f4f4;padding:0 .2em} .meta{color:#555;font-size:.9em}
+"""
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def _table(table: dict) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table["columns"])
+    rows = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>"
+                   for row in table["rows"])
+    title = f"<h3>{html.escape(table['title'])}</h3>" if table.get("title") else ""
+    note = f"<p class=meta>{html.escape(table['note'])}</p>" if table.get("note") else ""
+    return f"{title}<table><tr>{head}</tr>{rows}</table>{note}"
+
+
+def _figure(figure: dict, base_dir: Path) -> str:
+    path = base_dir / figure["file"]
+    if not path.is_file():
+        return f"<p class=fail>missing figure {html.escape(figure['file'])}</p>"
+    data = base64.b64encode(path.read_bytes()).decode()
+    caption = html.escape(figure.get("caption", figure.get("title", "")))
+    return (f"<figure><img alt='{html.escape(figure.get('title', ''))}' "
+            f"src='data:image/png;base64,{data}'><figcaption>{caption}</figcaption></figure>")
+
+
+def _claims(claims: list[dict]) -> str:
+    rows = []
+    for claim in claims:
+        passed = claim.get("passed")
+        css, word = {True: ("pass", "PASS"), False: ("fail", "FAIL")}.get(passed, ("na", "N/A"))
+        rows.append(f"<tr><td><code>{html.escape(claim['id'])}</code></td>"
+                    f"<td>{html.escape(claim['statement'])}</td>"
+                    f"<td>{html.escape(claim.get('evidence', ''))}</td>"
+                    f"<td class={css}>{word}</td></tr>")
+    return ("<table><tr><th>claim</th><th>statement</th><th>evidence</th><th>result</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def render_results(results: dict, base_dir: Path) -> str:
+    title = results.get("title") or results.get("experiment", "sglab report")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+             f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
+    meta = {k: results[k] for k in ("experiment", "preset", "runs", "seconds", "created")
+            if k in results}
+    if meta:
+        parts.append("<p class=meta>" + " · ".join(
+            f"{k}: {len(v) if isinstance(v, list) else _cell(v)}" for k, v in meta.items()) + "</p>")
+    if results.get("description"):
+        parts.append(f"<p>{html.escape(results['description'])}</p>")
+    if results.get("claims"):
+        parts.append("<h2>Claims</h2>" + _claims(results["claims"]))
+    for section in results.get("sections", []):
+        parts.append(f"<h2>{html.escape(section['title'])}</h2>")
+        if section.get("text"):
+            parts.append(f"<p>{html.escape(section['text'])}</p>")
+        parts.extend(_table(t) for t in section.get("tables", []))
+        parts.extend(_figure(f, base_dir) for f in section.get("figures", []))
+    if results.get("config"):
+        parts.append("<h2>Configuration</h2><pre>"
+                     + html.escape(json.dumps(results["config"], indent=2)) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(results: dict, out_dir: Path) -> Path:
+    """Write results.json and report.html into ``out_dir`` (both atomically)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    path = out_dir / "report.html"
+    atomic_write_text(path, render_results(results, out_dir))
+    return path

@@ -1,0 +1,146 @@
+"""The run store: run directories are the truth, ``runs.db`` (SQLite, WAL) indexes them.
+
+Each run directory holds ``config.yaml``, ``metrics.jsonl``, ``checkpoints/`` and
+``summary.json``. The index can always be rebuilt from the directories
+(:meth:`RunStore.reindex`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglab.errors import SglabError
+
+DEFAULT_RUNS_DIR = "runs"
+COLUMNS = ("run_id", "config_hash", "task", "model", "seed", "status", "step", "tag",
+           "updated", "path")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    config_hash TEXT NOT NULL,
+    task TEXT, model TEXT, seed INTEGER, status TEXT, step INTEGER, tag TEXT,
+    updated REAL, path TEXT,
+    config_json TEXT, summary_json TEXT
+)
+"""
+
+
+def runs_dir_from(option: str | None) -> Path:
+    """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs."""
+    return Path(option or os.environ.get("SGLAB_RUNS_DIR") or DEFAULT_RUNS_DIR)
+
+
+class RunStore:
+    def __init__(self, runs_dir: str | Path):
+        self.runs_dir = Path(runs_dir)
+        self.db_path = self.runs_dir / "runs.db"
+
+    def _connect(self) -> sqlite3.Connection:
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.db_path, timeout=60)
+        # Switching a new database to WAL takes a lock that the busy timeout does not
+        # cover, so concurrent first connections retry. WAL mode persists in the file.
+        for attempt in range(50):
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
+                return conn
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 49:
+                    conn.close()
+                    raise
+                time.sleep(0.05 * (1 + attempt % 5))
+        raise AssertionError("unreachable")
+
+    def ensure(self) -> None:
+        """Create the index (call once before starting concurrent writers)."""
+        self._connect().close()
+
+    def record(self, run_dir: Path, config, summary: dict, tag: str | None = None) -> None:
+        """Insert or update one run's row."""
+        data = config.to_dict() if hasattr(config, "to_dict") else config
+        row = (
+            summary.get("run_id", Path(run_dir).name), config.config_hash()
+            if hasattr(config, "config_hash") else summary.get("config_hash", ""),
+            data["task"]["name"], data["model"]["name"], data.get("seed"),
+            summary.get("status"), summary.get("step"), tag, time.time(), str(run_dir),
+            json.dumps(data), json.dumps(summary),
+        )
+        conn = self._connect()
+        try:
+            with conn:
+                if tag is None:  # keep an existing tag
+                    old = conn.execute("SELECT tag FROM runs WHERE run_id=?", (row[0],)).fetchone()
+                    if old:
+                        row = row[:7] + (old[0],) + row[8:]
+                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}, config_json, "
+                             f"summary_json) VALUES ({', '.join('?' * 12)})", row)
+        finally:
+            conn.close()
+
+    def reindex(self) -> int:
+        """Rebuild the index from the run directories; returns the number of runs found."""
+        from sglab.config import RunConfig, validate
+
+        count = 0
+        for summary_path in sorted(self.runs_dir.glob("*/summary.json")):
+            run_dir = summary_path.parent
+            try:
+                config = validate(RunConfig, yaml.safe_load((run_dir / "config.yaml").read_text()))
+                summary = json.loads(summary_path.read_text())
+            except (OSError, ValueError, SglabError):
+                continue
+            self.record(run_dir, config, summary)
+            count += 1
+        return count
+
+    def query(self, where: list[str] | None = None) -> list[dict[str, Any]]:
+        """Rows matching every ``KEY OP VALUE`` filter.
+
+        KEY is a column (task, model, seed, status, tag, ...), a config path
+        (``model.pos_encoding``) or a summary path (``final.test/exact_match``);
+        OP is one of = != < <= > >=.
+        """
+        clauses, params = [], []
+        for text in where or []:
+            match = re.fullmatch(r"\s*([\w./=-]+?)\s*(<=|>=|!=|=|<|>)\s*(.*?)\s*", text)
+            if not match:
+                raise SglabError(f"cannot read filter {text!r}; write KEY=VALUE or KEY>VALUE, "
+                                 "e.g. status=finished or final.test/exact_match>0.9")
+            key, op, raw = match.groups()
+            value = yaml.safe_load(raw) if raw else ""
+            if isinstance(value, (list, dict)):
+                value = json.dumps(value)
+            if key in COLUMNS:
+                clauses.append(f"{key} {op} ?")
+            else:
+                top = key.split(".", 1)[0]
+                column = "summary_json" if top in ("final", "best", "target") else "config_json"
+                path = "$." + ".".join(f'"{part}"' for part in key.split("."))
+                clauses.append(f"json_extract({column}, '{path}') {op} ?")
+            params.append(value)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        if not self.db_path.exists():
+            return []
+        conn = self._connect()
+        try:
+            conn.row_factory = sqlite3.Row
+            rows = conn.execute(sql + " ORDER BY updated", params).fetchall()
+        finally:
+            conn.close()
+        out = []
+        for row in rows:
+            item = dict(row)
+            item["config"] = json.loads(item.pop("config_json"))
+            item["summary"] = json.loads(item.pop("summary_json"))
+            out.append(item)
+        return out

@@ -1,0 +1,208 @@
+"""Multi-digit addition as in Lee et al. ("Teaching Arithmetic to Small Transformers").
+
+Formats (character level, no zero padding):
+  plain    prompt ``123+456=``   answer ``579\\n``
+  reverse  prompt ``$123+456=``  answer ``975$``   (only the sum is reversed)
+
+Training set (default 10,000 examples, "balanced" sampling of the original code):
+all 100 one-digit pairs; 9% of N pairs with operands drawn from 0..99; the rest
+from the full range; every carry count is capped at ceil(N / (digits + 1)) and
+candidates whose carry bucket is full are rejected. Duplicates are kept, as in the
+original. The test set holds distinct uniformly drawn pairs that do not occur in
+training (``test_disjoint``).
+
+Training protocols (``loss_on``): ``answer`` -- one example per row, loss on the
+answer tokens only; ``stream`` -- the original code's protocol: shuffled training
+lines concatenated into one character stream, random windows of ``block_size``
+tokens, next-token loss on every position.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from sglab import registry
+from sglab.config import TaskConfig
+from sglab.errors import SglabError
+from sglab.tasks.base import Batch, PromptAnswerTask, SequenceSplit, Vocabulary
+
+
+class AdditionConfig(TaskConfig):
+    name: Literal["addition"] = "addition"
+    digits: int = Field(3, ge=1, le=9, description="Maximum number of digits per operand.")
+    format: Literal["reverse", "plain"] = "reverse"
+    train_size: int = Field(10_000, ge=100)
+    test_size: int = Field(10_000, ge=1)
+    balanced: bool = Field(True, description="Balance operand digit counts and carries.")
+    test_disjoint: bool = Field(True, description="Test pairs never occur in training.")
+    loss_on: Literal["answer", "stream"] = "answer"
+    block_size: int = Field(256, ge=8, description="Window length of the stream protocol.")
+
+    @model_validator(mode="after")
+    def _check_sizes(self):
+        space = (10**self.digits) ** 2
+        if self.test_disjoint and self.test_size > space - self.train_size:
+            raise ValueError(
+                f"test_size={self.test_size} cannot be disjoint from {self.train_size} training "
+                f"pairs: only {space} pairs of {self.digits}-digit operands exist"
+            )
+        return self
+
+
+def digit_sum(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.int64).copy()
+    total = np.zeros_like(values)
+    while np.any(values):
+        total += values % 10
+        values //= 10
+    return total
+
+
+def count_carries(a, b) -> np.ndarray:
+    """Number of carries in a + b: (digitsum(a) + digitsum(b) - digitsum(a + b)) / 9."""
+    a, b = np.asarray(a), np.asarray(b)
+    return (digit_sum(a) + digit_sum(b) - digit_sum(a + b)) // 9
+
+
+def balanced_pairs(n: int, digits: int, rng: np.random.Generator) -> np.ndarray:
+    """Lee et al.'s balanced sampling (see module docstring). Returns (n, 2) int64."""
+    cap = math.ceil(n / (digits + 1))
+    buckets = np.zeros(digits + 2, dtype=np.int64)
+    pairs: list[tuple[int, int]] = []
+
+    def take(a: int, b: int, c: int) -> bool:
+        if buckets[c] >= cap:
+            return False
+        buckets[c] += 1
+        pairs.append((a, b))
+        return True
+
+    for a in range(10):
+        for b in range(10):
+            take(a, b, int(a + b >= 10))
+    quotas = [round(0.09 * n)] * max(digits - 2, 0) + [n]
+    highs = [10**k for k in range(2, digits)] + [10**digits]
+    for quota, high in zip(quotas, highs):
+        goal = min(len(pairs) + quota, n) if high != 10**digits else n
+        while len(pairs) < goal:
+            cand = rng.integers(0, high, size=(4096, 2))
+            carries = count_carries(cand[:, 0], cand[:, 1])
+            for (a, b), c in zip(cand.tolist(), carries.tolist()):
+                if len(pairs) >= goal:
+                    break
+                take(a, b, c)
+    return np.asarray(pairs[:n], dtype=np.int64)
+
+
+def uniform_pairs(n: int, digits: int, rng: np.random.Generator, exclude: set[tuple[int, int]],
+                  distinct: bool) -> np.ndarray:
+    high = 10**digits
+    chosen: dict[tuple[int, int], None] = {}
+    out = []
+    while len(out) < n:
+        for a, b in rng.integers(0, high, size=(max(2 * n, 1024), 2)).tolist():
+            if (a, b) in exclude or (distinct and (a, b) in chosen):
+                continue
+            chosen[(a, b)] = None
+            out.append((a, b))
+            if len(out) == n:
+                break
+    return np.asarray(out, dtype=np.int64)
+
+
+class AdditionTask(PromptAnswerTask):
+    config: AdditionConfig
+
+    def text(self, a: int, b: int) -> tuple[str, str]:
+        """(prompt, answer) strings of one example."""
+        total = str(a + b)
+        if self.config.format == "reverse":
+            return f"${a}+{b}=", total[::-1] + "$"
+        return f"{a}+{b}=", total + "\n"
+
+    def build(self):
+        cfg = self.config
+        rng = np.random.default_rng(cfg.data_seed)
+        vocab = Vocabulary(["\n", "$", "+", "="] + [str(d) for d in range(10)])
+        if cfg.balanced:
+            train = balanced_pairs(cfg.train_size, cfg.digits, rng)
+        else:
+            train = uniform_pairs(cfg.train_size, cfg.digits, rng, set(), distinct=False)
+        exclude = set(map(tuple, train.tolist())) if cfg.test_disjoint else set()
+        test = uniform_pairs(cfg.test_size, cfg.digits, rng, exclude, distinct=True)
+        self.pairs = {"train": train, "test": test}
+        splits = {name: self.encode_pairs(vocab, p) for name, p in self.pairs.items()}
+        if cfg.loss_on == "stream":
+            order = rng.permutation(len(train))
+            stream = "".join("".join(self.text(*train[i])) + ("\n" if cfg.format == "reverse" else "")
+                             for i in order.tolist())
+            self.stream = torch.tensor(vocab.encode(stream), dtype=torch.long)
+        return vocab, splits
+
+    def encode_pairs(self, vocab: Vocabulary, pairs: np.ndarray) -> SequenceSplit:
+        texts = [self.text(a, b) for a, b in pairs.tolist()]
+        width = max(len(p) + len(a) for p, a in texts)
+        tokens = torch.zeros(len(texts), width, dtype=torch.long)
+        lengths, prompt_lengths = [], []
+        for i, (prompt, answer) in enumerate(texts):
+            ids = vocab.encode(prompt + answer)
+            tokens[i, : len(ids)] = torch.tensor(ids)
+            lengths.append(len(ids))
+            prompt_lengths.append(len(prompt))
+        carries = torch.from_numpy(count_carries(pairs[:, 0], pairs[:, 1]))
+        return SequenceSplit(tokens, torch.tensor(lengths), torch.tensor(prompt_lengths),
+                             {"carries": carries})
+
+    def check_model(self, model_config) -> None:
+        if self.config.loss_on == "stream" and getattr(model_config, "attention_mask", "causal") != "causal":
+            raise SglabError(
+                "task.loss_on=stream trains on every position of a packed stream and needs "
+                "model.attention_mask=causal; use task.loss_on=answer for bidirectional models"
+            )
+
+    @property
+    def max_length(self) -> int:
+        if self.config.loss_on == "stream":
+            return self.config.block_size
+        return super().max_length
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        if self.config.loss_on == "answer":
+            return super().train_batch(batch_size, generator, causal)
+        window = self.config.block_size
+        starts = torch.randint(len(self.stream) - window - 1, (batch_size,), generator=generator)
+        rows = self.stream[starts[:, None] + torch.arange(window + 1)]
+        return Batch(rows[:, :-1], rows[:, 1:].clone())
+
+    def overlap_count(self) -> int:
+        """Number of test pairs that also occur in training."""
+        train = set(map(tuple, self.pairs["train"].tolist()))
+        return sum(tuple(p) in train for p in self.pairs["test"].tolist())
+
+
+@registry.register("task", "addition", AdditionConfig, "multi-digit addition (Lee et al.)")
+def make_addition(config: AdditionConfig) -> AdditionTask:
+    return AdditionTask(config)
+
+
+def order_blind_ceiling_for_addition(task: AdditionTask) -> float:
+    """Best exact match of an order-blind model on uniformly drawn operand pairs.
+
+    Computed over the whole population of pairs (not the finite test set, where most
+    multisets occur once and any lookup table would look perfect).
+    """
+    from sglab.analysis.permutation import order_blind_ceiling
+
+    high = 10**task.config.digits
+    prompts, answers = [], []
+    for a in range(high):
+        for b in range(high):
+            prompt, answer = task.text(a, b)
+            prompts.append(prompt)
+            answers.append(answer)
+    return order_blind_ceiling(prompts, answers)

@@ -1,0 +1,248 @@
+"""The task protocol.
+
+A task owns its vocabulary, builds its splits deterministically from
+``config.data_seed``, yields training batches as tensors and scores a model on a
+split. :class:`PromptAnswerTask` covers every "prompt -> answer tokens" task
+trained as a decoder-only language model (addition, anchors, ...).
+
+Greedy decoding and teacher forcing agree on exact match: greedy generation
+reproduces the answer exactly iff the argmax at every answer position, given the
+correct prefix, is the correct token. So exact match is scored with one forward
+pass (see :func:`greedy_generate` and its test for the equivalence).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from sglab import registry
+from sglab.config import TaskConfig
+from sglab.errors import SglabError
+
+IGNORE = -100  # target value that the loss and the scorer skip
+
+
+class Vocabulary:
+    """Token <-> id map. Id 0 is always padding."""
+
+    PAD = "<pad>"
+
+    def __init__(self, tokens: list[str]):
+        if tokens[0] != self.PAD:
+            tokens = [self.PAD, *tokens]
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("vocabulary tokens must be unique")
+        self.tokens = tokens
+        self.index = {t: i for i, t in enumerate(tokens)}
+        self.pad_id = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, symbols) -> list[int]:
+        try:
+            return [self.index[s] for s in symbols]
+        except KeyError as exc:
+            raise SglabError(f"symbol {exc.args[0]!r} is not in the task's vocabulary") from None
+
+    def decode(self, ids) -> list[str]:
+        return [self.tokens[int(i)] for i in ids]
+
+
+@dataclass
+class SequenceSplit:
+    """Examples of one split as a right-padded tensor.
+
+    ``tokens[i, :lengths[i]]`` is example i; its first ``prompt_lengths[i]`` tokens
+    are the prompt and the rest is the answer. ``groups`` holds per-example integer
+    labels for score breakdowns (e.g. number of carries).
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    prompt_lengths: torch.Tensor
+    groups: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def subset(self, index: torch.Tensor) -> SequenceSplit:
+        lengths = self.lengths[index]
+        width = int(lengths.max()) if len(lengths) else 0
+        return SequenceSplit(
+            self.tokens[index, :width],
+            lengths,
+            self.prompt_lengths[index],
+            {k: v[index] for k, v in self.groups.items()},
+        )
+
+
+@dataclass
+class Batch:
+    """Model inputs and next-token targets (``IGNORE`` where no loss applies).
+
+    ``key_padding_mask`` (True = real token) is set for bidirectional models;
+    ``example_index`` maps each row back to its example (prefix expansion).
+    """
+
+    input_ids: torch.Tensor
+    targets: torch.Tensor
+    key_padding_mask: torch.Tensor | None = None
+    example_index: torch.Tensor | None = None
+
+    def to(self, device) -> Batch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)
+        return Batch(
+            move(self.input_ids), move(self.targets), move(self.key_padding_mask),
+            move(self.example_index),
+        )
+
+
+def causal_batch(split: SequenceSplit) -> Batch:
+    """All answer positions of every example in one causal pass."""
+    tokens = split.tokens
+    inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
+    position = torch.arange(1, tokens.shape[1]).unsqueeze(0)  # index of the target token
+    is_answer = (position >= split.prompt_lengths[:, None]) & (position < split.lengths[:, None])
+    targets[~is_answer] = IGNORE
+    return Batch(inputs, targets, example_index=torch.arange(len(split)))
+
+
+def prefix_batch(split: SequenceSplit) -> Batch:
+    """One row per (example, answer token): the row holds the prefix before that token.
+
+    This is how a model without a causal mask is trained and scored on next-token
+    prediction: every prediction gets its own forward pass over exactly its prefix.
+    """
+    answer_lengths = split.lengths - split.prompt_lengths
+    example = torch.repeat_interleave(torch.arange(len(split)), answer_lengths)
+    offsets = torch.arange(len(example)) - torch.repeat_interleave(
+        torch.cumsum(answer_lengths, 0) - answer_lengths, answer_lengths
+    )
+    prefix_len = split.prompt_lengths[example] + offsets
+    width = int(prefix_len.max())
+    rows = split.tokens[example, :width].clone()
+    real = torch.arange(width).unsqueeze(0) < prefix_len[:, None]
+    rows[~real] = 0
+    targets = torch.full_like(rows, IGNORE)
+    last = prefix_len - 1
+    targets[torch.arange(len(example)), last] = split.tokens[example, prefix_len]
+    return Batch(rows, targets, key_padding_mask=real, example_index=example)
+
+
+def model_is_causal(model) -> bool:
+    return getattr(model, "is_causal", True)
+
+
+@torch.no_grad()
+def greedy_generate(model, prompt_ids: list[int], max_new_tokens: int, stop_id: int | None,
+                    device="cpu") -> list[int]:
+    """Plain greedy decoding, one token at a time (reference for the one-pass scorer)."""
+    ids = list(prompt_ids)
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        x = torch.tensor([ids], device=device)
+        logits = model(x, key_padding_mask=None if model_is_causal(model) else torch.ones_like(x, dtype=torch.bool))
+        nxt = int(logits[0, -1].argmax())
+        out.append(nxt)
+        ids.append(nxt)
+        if stop_id is not None and nxt == stop_id:
+            break
+    return out
+
+
+class Task(ABC):
+    """Owns a vocabulary and named splits; yields batches; scores a model."""
+
+    config: TaskConfig
+    vocab: Vocabulary
+
+    @property
+    @abstractmethod
+    def split_names(self) -> list[str]: ...
+
+    @abstractmethod
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch: ...
+
+    @abstractmethod
+    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None,
+                 device) -> dict[str, float]: ...
+
+    def check_model(self, model_config) -> None:
+        """Raise SglabError if this task cannot be trained with that model config."""
+
+    @property
+    def max_length(self) -> int:
+        """Longest input sequence the model will see."""
+        return 256
+
+
+class PromptAnswerTask(Task):
+    """A task whose examples are (prompt, answer) token sequences; loss on the answer."""
+
+    eval_splits: list[str] = ["test"]
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+        self.vocab, self.splits = self.build()
+
+    @abstractmethod
+    def build(self) -> tuple[Vocabulary, dict[str, SequenceSplit]]:
+        """Generate the vocabulary and all splits deterministically."""
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.splits)
+
+    @property
+    def max_length(self) -> int:
+        return max(int(s.lengths.max()) for s in self.splits.values())
+
+    def split(self, name: str) -> SequenceSplit:
+        if name not in self.splits:
+            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
+        return self.splits[name]
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        train = self.splits["train"]
+        index = torch.randint(len(train), (batch_size,), generator=generator)
+        sub = train.subset(index)
+        return causal_batch(sub) if causal else prefix_batch(sub)
+
+    @torch.no_grad()
+    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
+                 device="cpu") -> dict[str, float]:
+        """Exact match of greedy answers, answer-token loss, and per-group breakdowns."""
+        data = self.split(split)
+        n = len(data) if max_examples is None else min(len(data), max_examples)
+        causal = model_is_causal(model)
+        correct_all, loss_sum, token_count = [], 0.0, 0
+        for start in range(0, n, batch_size):
+            sub = data.subset(torch.arange(start, min(start + batch_size, n)))
+            batch = (causal_batch(sub) if causal else prefix_batch(sub)).to(device)
+            logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
+            scored = batch.targets != IGNORE
+            loss_sum += float(F.cross_entropy(logits[scored], batch.targets[scored], reduction="sum"))
+            token_count += int(scored.sum())
+            wrong = ((logits.argmax(-1) != batch.targets) & scored).sum(1)
+            example_wrong = torch.zeros(len(sub), dtype=torch.long, device=device)
+            example_wrong.index_add_(0, batch.example_index, wrong)
+            correct_all.append((example_wrong == 0).cpu())
+        correct = torch.cat(correct_all).float()
+        metrics = {
+            f"{split}/exact_match": float(correct.mean()),
+            f"{split}/loss": loss_sum / max(token_count, 1),
+        }
+        for group, labels in data.groups.items():
+            labels = labels[:n]
+            for value in torch.unique(labels).tolist():
+                metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
+        return metrics
+
+
+def build_task(config: TaskConfig) -> Task:
+    return registry.entry("task", config.name).factory(config)

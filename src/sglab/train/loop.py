@@ -1,0 +1,323 @@
+"""The Trainer: one loop for every task and model.
+
+Resumability: every ``checkpoint_interval`` steps the model, optimizer, RNG states
+(torch's global one, used by dropout, and the data generator) and the metrics
+line count are saved atomically. A killed run resumed from its last checkpoint
+replays exactly the same batches and ends bit-identical on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from sglab.config import RunConfig, dump_yaml, load_yaml, validate
+from sglab.errors import SglabError
+from sglab.models import build_model
+from sglab.tasks import build_task
+from sglab.tasks.base import IGNORE, model_is_causal
+from sglab.train.checkpoints import (
+    atomic_write_json,
+    atomic_write_text,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+Printer = Callable[[str], None]
+
+
+def _default_print(line: str) -> None:
+    print(line, flush=True)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SglabError("train.device=cuda but no CUDA device is available; use train.device=cpu")
+    return torch.device(name)
+
+
+def learning_rate(step: int, cfg) -> float:
+    """Linear warmup, then cosine decay from lr to min_lr at the last step (nanoGPT)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    span = max(cfg.steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    extra = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **extra)
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+class Trainer:
+    """Trains one RunConfig into ``runs_dir/<run_id>/`` and keeps the store index current."""
+
+    def __init__(self, config: RunConfig, runs_dir: str | Path, store=None,
+                 printer: Printer | None = _default_print, tag: str | None = None):
+        self.config = config
+        self.runs_dir = Path(runs_dir)
+        self.run_id = config.run_id()
+        self.run_dir = self.runs_dir / self.run_id
+        self.store = store
+        self.print = printer or (lambda line: None)
+        self.tag = tag
+
+    # ------------------------------------------------------------------ files
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+    def read_summary(self) -> dict | None:
+        path = self.run_dir / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def _write_summary(self, summary: dict) -> None:
+        atomic_write_json(self.run_dir / "summary.json", summary)
+        if self.store is not None:
+            self.store.record(self.run_dir, self.config, summary, tag=self.tag)
+
+    # ------------------------------------------------------------------ main
+    def run(self, resume: bool = True) -> dict:
+        """Train to the end (or early stop). Returns the summary dict.
+
+        ``resume=True`` continues from the last checkpoint if one exists; a finished
+        run is not retrained. ``resume=False`` refuses to touch an existing run.
+        """
+        launched = time.perf_counter()
+        summary = self.read_summary()
+        if summary and summary.get("status") == "finished":
+            self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
+            if self.store is not None:
+                self.store.record(self.run_dir, self.config, summary, tag=self.tag)
+            return summary
+        if self.run_dir.exists() and not resume and self.checkpoint_path.exists():
+            raise SglabError(
+                f"run {self.run_id} already exists and is unfinished; "
+                f"pass --resume {self.run_id} to continue it"
+            )
+        cfg = self.config.train
+        device = resolve_device(cfg.device)
+        if cfg.threads and device.type == "cpu":
+            torch.set_num_threads(cfg.threads)
+        task = build_task(self.config.task)
+        task.check_model(self.config.model)
+        torch.manual_seed(self.config.seed)
+        model = build_model(self.config.model, len(task.vocab), task.max_length).to(device)
+        optimizer = make_optimizer(model, cfg, device)
+        generator = torch.Generator().manual_seed(self.config.seed)
+        causal = model_is_causal(model)
+
+        step, elapsed, best, target = 0, 0.0, None, None
+        metric_lines = 0
+        if self.checkpoint_path.exists():
+            state = load_checkpoint(self.checkpoint_path, self.config.config_hash(),
+                                    required=("step", "model", "optimizer", "torch_rng",
+                                              "data_rng", "elapsed"))
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            generator.set_state(state["data_rng"])
+            if device.type == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"])
+            step, elapsed = state["step"], state["elapsed"]
+            best, target = state.get("best"), state.get("target")
+            metric_lines = state.get("metric_lines", 0)
+            self.print(f"[{self.run_id}] resuming from step {step}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.config))
+        metrics_path = self.run_dir / "metrics.jsonl"
+        self._truncate_metrics(metrics_path, metric_lines)
+
+        compiled = torch.compile(model) if cfg.compile else model
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                    if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
+        n_params = sum(p.numel() for p in model.parameters())
+        base = {
+            "run_id": self.run_id, "task": self.config.task.name, "model": self.config.model.name,
+            "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
+            "device": str(device), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+        }
+        self._write_summary({**base, "status": "running", "step": step})
+        self.print(f"[{self.run_id}] {n_params:,} parameters on {device} "
+                   f"({torch.get_num_threads()} threads), {cfg.steps} steps")
+
+        started = launched - elapsed  # time-to-target counts from launch, across resumes
+        window_loss = torch.zeros((), device=device)
+        window_steps, window_tokens, window_start, paused = 0, 0, time.perf_counter(), 0.0
+        train_seconds, train_tokens = 0.0, 0
+        stop = False
+        with metrics_path.open("a") as metrics_file:
+            while step < cfg.steps and not stop:
+                lr = learning_rate(step, cfg)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                model.train()
+                batch = task.train_batch(cfg.batch_size, generator, causal).to(device)
+                with autocast:
+                    logits = compiled(batch.input_ids, key_padding_mask=batch.key_padding_mask)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(),
+                                       ignore_index=IGNORE)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+                step += 1
+                window_loss += loss.detach()
+                window_steps += 1
+                window_tokens += batch.input_ids.numel()
+
+                if step % cfg.log_interval == 0 or step == cfg.steps:
+                    mean_loss = float(window_loss) / window_steps  # syncs the device
+                    seconds = max(time.perf_counter() - window_start - paused, 1e-9)
+                    train_seconds += seconds
+                    train_tokens += window_tokens
+                    eta = (cfg.steps - step) * seconds / window_steps
+                    self.print(
+                        f"[{self.run_id}] step {step}/{cfg.steps} loss {mean_loss:.4f} "
+                        f"lr {lr:.2e} | {window_steps / seconds:.1f} steps/s "
+                        f"{window_tokens / seconds / 1e3:.1f}k tok/s | ETA {format_seconds(eta)}"
+                    )
+                    window_loss.zero_()
+                    window_steps, window_tokens, paused = 0, 0, 0.0
+                    window_start = time.perf_counter()
+
+                pause_start = time.perf_counter()
+                if step % cfg.eval_interval == 0 or step == cfg.steps:
+                    record = {"step": step, "lr": lr,
+                              "seconds": round(time.perf_counter() - started, 3)}
+                    model.eval()
+                    last = step == cfg.steps
+                    record.update(self._evaluate(task, model, device,
+                                                 None if last else cfg.eval_max_examples))
+                    if not last and cfg.eval_max_examples and self._should_stop(record):
+                        record.update(self._evaluate(task, model, device, None))  # final: all
+                    metrics_file.write(json.dumps(record) + "\n")
+                    metrics_file.flush()
+                    metric_lines += 1
+                    best, target, stop = self._after_eval(record, best, target, model, started)
+                    shown = {k: v for k, v in record.items() if k.count("/") == 1}
+                    self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
+                        f"{k} {v:.4f}" for k, v in shown.items()))
+
+                if step % cfg.checkpoint_interval == 0 or step == cfg.steps or stop:
+                    self._save(model, optimizer, generator, device, step,
+                               time.perf_counter() - started, best, target, metric_lines)
+                # evaluation and checkpoint time do not count as training throughput
+                if window_steps:
+                    paused += time.perf_counter() - pause_start
+                else:
+                    window_start = time.perf_counter()
+
+        final = self._last_record(metrics_path)
+        summary = {
+            **base, "status": "finished", "step": step, "stopped_early": stop,
+            "seconds": round(time.perf_counter() - started, 3),
+            "train_tokens_per_second": round(train_tokens / train_seconds, 1) if train_seconds else None,
+            "final": final, "best": best, "target": target,
+        }
+        self._write_summary(summary)
+        return summary
+
+    # ------------------------------------------------------------------ helpers
+    def _after_eval(self, record, best, target, model, started):
+        cfg = self.config.train
+        metric = cfg.target_metric
+        if metric in record and (best is None or record[metric] > best["value"]):
+            best = {"metric": metric, "value": record[metric], "step": record["step"]}
+            save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
+                 {"step": record["step"], "model": model.state_dict(),
+                  "config_hash": self.config.config_hash()})
+        if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
+            target = {"metric": metric, "threshold": cfg.target_threshold,
+                      "step": record["step"], "seconds": record["seconds"]}
+        return best, target, self._should_stop(record)
+
+    def _should_stop(self, record: dict) -> bool:
+        cfg = self.config.train
+        return bool(cfg.early_stop_metric and cfg.early_stop_threshold is not None
+                    and record.get(cfg.early_stop_metric, -math.inf) >= cfg.early_stop_threshold)
+
+    def _evaluate(self, task, model, device, max_examples: int | None) -> dict:
+        """Every eval split of the task; ``max_examples=None`` scores all examples."""
+        record = {}
+        for split in task.eval_splits:
+            record.update(task.evaluate(model, split, self.config.train.eval_batch_size,
+                                        max_examples, device))
+        return record
+
+    def _save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
+        save_checkpoint(self.checkpoint_path, {
+            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+            "elapsed": elapsed, "best": best, "target": target, "metric_lines": lines,
+            "config_hash": self.config.config_hash(),
+        })
+
+    @staticmethod
+    def _truncate_metrics(path: Path, keep_lines: int) -> None:
+        """Drop evaluation records written after the checkpoint we resume from."""
+        if not path.exists():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        complete = [line for line in lines if line.endswith("\n")]
+        if len(complete) != keep_lines or len(lines) != len(complete):
+            atomic_write_text(path, "".join(complete[:keep_lines]))
+
+    @staticmethod
+    def _last_record(path: Path) -> dict | None:
+        lines = path.read_text().splitlines() if path.exists() else []
+        return json.loads(lines[-1]) if lines else None
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise SglabError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    return validate(RunConfig, load_yaml(path))
+
+
+def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = True,
+          printer: Printer | None = _default_print, tag: str | None = None) -> dict:
+    """Convenience wrapper: build a Trainer and run it."""
+    return Trainer(config, runs_dir, store=store, printer=printer, tag=tag).run(resume=resume)
+
+
+__all__ = ["Trainer", "learning_rate", "load_run_config", "load_trained", "resolve_device", "train"]
+
+
+def load_trained(run_dir: str | Path, which: str = "last"):
+    """(config, task, model) of a stored run, weights from ``checkpoints/<which>.pt``."""
+    run_dir = Path(run_dir)
+    config = load_run_config(run_dir)
+    task = build_task(config.task)
+    model = build_model(config.model, len(task.vocab), task.max_length)
+    state = load_checkpoint(run_dir / "checkpoints" / f"{which}.pt", config.config_hash())
+    model.load_state_dict(state["model"])
+    model.eval()
+    return config, task, model
