@@ -27,6 +27,7 @@ import torch
 from sglab import registry
 from sglab.config import build_run_config
 from sglab.models import build_model
+from sglab.store import read_metrics
 from sglab.tasks import build_task
 from sglab.train import Trainer
 
@@ -81,22 +82,18 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as runs_dir:
         summary = Trainer(config, runs_dir).run()
-        records = [json.loads(x) for x in
-                   (Path(runs_dir) / summary["run_id"] / "metrics.jsonl").read_text().splitlines()]
+        records = read_metrics(Path(runs_dir) / summary["run_id"])
 
     task = build_task(config.task)
     model = build_model(config.model, len(task.vocab), task.max_length)
-    mean_length = float((task.split("train").lengths - 1).float().mean())
-    flops_per_token = model.flops_per_token(int(round(mean_length)))
+    context = (config.task.block_size if config.task.loss_on == "stream"
+               else int(task.split("train").lengths.max()) - 1)
+    flops_per_token = model.flops_per_token(context)
     tokens_per_second = summary["train_tokens_per_second"]
-    steps_per_second = None
-    log_lines = summary["step"]
-    if tokens_per_second:
-        tokens_per_step = config.train.batch_size * (task.split("train").lengths.max().item() - 1)
-        steps_per_second = tokens_per_second / tokens_per_step
+    steps_per_second = summary["train_steps_per_second"]
     dtype = torch.bfloat16 if device.type == "cuda" and config.train.precision == "bf16" \
         else torch.float32
-    peak = matmul_flops(device, dtype, 4096 if device.type == "cuda" else 1024,
+    peak = matmul_flops(device, dtype, 4096 if device.type == "cuda" else 2048,
                         repeats=20 if device.type == "cuda" else 5)
 
     def first(threshold):
@@ -111,7 +108,8 @@ def main() -> int:
         "threads": summary["threads"], "torch": torch.__version__,
         "model": f"{config.model.n_layers} layers, d={config.model.d_model}, "
                  f"{model.num_parameters():,} parameters",
-        "batch_size": config.train.batch_size, "steps_run": log_lines,
+        "batch_size": config.train.batch_size, "steps_run": summary["step"],
+        "protocol": config.task.loss_on,
         "tokens_per_second": round(tokens_per_second), "steps_per_second": round(steps_per_second, 2),
         "final_test_exact_match": summary["final"]["test/exact_match"],
         "seconds_to_51pct": sec51, "step_to_51pct": step51,

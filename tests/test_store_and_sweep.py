@@ -42,7 +42,8 @@ def test_pool_sweep_stores_runs_and_rerun_skips_them(tmp_path, capsys):
     assert "already finished" in capsys.readouterr().out
     store = RunStore(tmp_path)
     assert len(store.query(["tag=t"])) == 2
-    assert [r["config"]["model"]["pos_encoding"] for r in store.query(["model.pos_encoding=none"])] == ["none"]
+    nope = store.query(["model.pos_encoding=none"])
+    assert [r["config"]["model"]["pos_encoding"] for r in nope] == ["none"]
     assert len(store.query(["final.test/exact_match>=0"])) == 2
     assert store.query(["step<5"]) == []
     with pytest.raises(SglabError, match="cannot read filter"):

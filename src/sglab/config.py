@@ -215,7 +215,9 @@ def format_validation_error(exc: ValidationError, cls: type[BaseModel], data: An
         else:
             msg = err["msg"]
             msg = msg.removeprefix("Value error, ")
-            lines.append(f"{where} = {err.get('input')!r}: {msg}")
+            value = err.get("input")
+            shown = f"{where}: " if isinstance(value, dict) else f"{where} = {value!r}: "
+            lines.append(shown + msg)
     return "invalid config:\n  " + "\n  ".join(lines)
 
 

@@ -33,6 +33,14 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The evaluation records of a run (``metrics.jsonl``), oldest first."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
 def runs_dir_from(option: str | None) -> Path:
     """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs."""
     return Path(option or os.environ.get("SGLAB_RUNS_DIR") or DEFAULT_RUNS_DIR)

@@ -7,11 +7,7 @@ from pathlib import Path
 
 from sglab.report.figures import metric_curves, new_figure, save_figure
 from sglab.report.html import write_report
-
-
-def _records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+from sglab.store import read_metrics
 
 
 def run_report(run_dir: Path, out_dir: Path) -> Path:
@@ -20,7 +16,7 @@ def run_report(run_dir: Path, out_dir: Path) -> Path:
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    records = _records(run_dir)
+    records = read_metrics(run_dir)
     accuracy_keys = sorted({k for r in records for k in r if k.endswith("/exact_match")})
     loss_keys = sorted({k for r in records for k in r if k.endswith("/loss")})
     fig, axes = new_figure(10, 3.6, ncols=2)

@@ -146,7 +146,8 @@ def greedy_generate(model, prompt_ids: list[int], max_new_tokens: int, stop_id: 
     out: list[int] = []
     for _ in range(max_new_tokens):
         x = torch.tensor([ids], device=device)
-        logits = model(x, key_padding_mask=None if model_is_causal(model) else torch.ones_like(x, dtype=torch.bool))
+        mask = None if model_is_causal(model) else torch.ones_like(x, dtype=torch.bool)
+        logits = model(x, key_padding_mask=mask)
         nxt = int(logits[0, -1].argmax())
         out.append(nxt)
         ids.append(nxt)

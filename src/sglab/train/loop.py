@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from sglab.config import RunConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
 from sglab.models import build_model
+from sglab.store import read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import IGNORE, model_is_causal
 from sglab.train.checkpoints import (
@@ -168,7 +169,7 @@ class Trainer:
         started = launched - elapsed  # time-to-target counts from launch, across resumes
         window_loss = torch.zeros((), device=device)
         window_steps, window_tokens, window_start, paused = 0, 0, time.perf_counter(), 0.0
-        train_seconds, train_tokens = 0.0, 0
+        train_seconds, train_tokens, train_steps = 0.0, 0, 0
         stop = False
         with metrics_path.open("a") as metrics_file:
             while step < cfg.steps and not stop:
@@ -196,6 +197,7 @@ class Trainer:
                     seconds = max(time.perf_counter() - window_start - paused, 1e-9)
                     train_seconds += seconds
                     train_tokens += window_tokens
+                    train_steps += window_steps
                     eta = (cfg.steps - step) * seconds / window_steps
                     self.print(
                         f"[{self.run_id}] step {step}/{cfg.steps} loss {mean_loss:.4f} "
@@ -233,11 +235,13 @@ class Trainer:
                 else:
                     window_start = time.perf_counter()
 
-        final = self._last_record(metrics_path)
+        records = read_metrics(self.run_dir)
+        final = records[-1] if records else None
         summary = {
             **base, "status": "finished", "step": step, "stopped_early": stop,
             "seconds": round(time.perf_counter() - started, 3),
             "train_tokens_per_second": round(train_tokens / train_seconds, 1) if train_seconds else None,
+            "train_steps_per_second": round(train_steps / train_seconds, 3) if train_seconds else None,
             "final": final, "best": best, "target": target,
         }
         self._write_summary(summary)
@@ -289,10 +293,6 @@ class Trainer:
         if len(complete) != keep_lines or len(lines) != len(complete):
             atomic_write_text(path, "".join(complete[:keep_lines]))
 
-    @staticmethod
-    def _last_record(path: Path) -> dict | None:
-        lines = path.read_text().splitlines() if path.exists() else []
-        return json.loads(lines[-1]) if lines else None
 
 
 def load_run_config(run_dir: Path) -> RunConfig:

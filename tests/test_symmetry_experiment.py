@@ -1,0 +1,66 @@
+"""End-to-end: the symmetry experiment at its quick preset (about half a minute)."""
+
+import json
+
+import pytest
+
+from sglab import registry
+from sglab.cli import main
+from sglab.experiments import run_experiment
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("symmetry")
+    results = run_experiment(registry.experiment("symmetry"), "quick", root / "out",
+                             root / "runs", workers=2, printer=lambda _: None)
+    return root, results
+
+
+def test_quick_preset_writes_results_and_a_self_contained_report(quick_results):
+    root, results = quick_results
+    on_disk = json.loads((root / "out" / "results.json").read_text())
+    assert on_disk["claims"] == results["claims"]
+    ids = [c["id"] for c in results["claims"]]
+    assert ids == ["nope-matches-learned-pe", "bidirectional-nope-permutation-invariant",
+                   "bidirectional-nope-cannot-learn", "residual-ablation-hurts-convergence",
+                   "correlations-off-diagonal"]
+    for claim in results["claims"]:
+        assert set(claim) == {"id", "statement", "evidence", "passed"}
+        assert claim["passed"] in (True, False, None) and claim["evidence"]
+    html = (root / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64") >= 3  # curves, bidirectional, correlations
+    assert "mean ± std" in html
+    assert len(results["runs"]) == 9  # 2 PE x 4 ablations x 1 seed + bidirectional
+
+
+def test_permutation_invariance_claim_holds_even_untrained(quick_results):
+    """Invariance is a property of the architecture, so it holds at any preset."""
+    claim = next(c for c in quick_results[1]["claims"]
+                 if c["id"] == "bidirectional-nope-permutation-invariant")
+    assert claim["passed"] is True
+
+
+def test_rerun_reuses_finished_runs_and_report_rebuilds(quick_results, capsys):
+    root, results = quick_results
+    again = run_experiment(registry.experiment("symmetry"), "quick", root / "out2",
+                           root / "runs", workers=1, printer=print)
+    assert capsys.readouterr().out.count("already finished") == 9
+    assert [c["passed"] for c in again["claims"]] == [c["passed"] for c in results["claims"]]
+    (root / "out" / "report.html").unlink()
+    assert main(["report", str(root / "out")]) == 0
+    assert (root / "out" / "report.html").is_file()
+
+
+def test_unknown_experiment_and_preset_are_clear_errors(tmp_path, capsys):
+    assert main(["run", "symmetri", "--runs-dir", str(tmp_path)]) == 2
+    assert "Did you mean 'symmetry'" in capsys.readouterr().err
+    assert main(["run", "symmetry", "--preset", "huge", "--runs-dir", str(tmp_path)]) == 2
+    assert "presets: quick, default, paper" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_list_shows_the_registered_components(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "addition" in out and "transformer" in out and "symmetry" in out
