@@ -59,3 +59,13 @@ def test_cli_missing_config_file_exits_2(tmp_path, capsys):
     code = main(["train", "--runs-dir", str(tmp_path), "--config", str(tmp_path / "nope.yaml")])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_run_id_depends_only_on_non_default_values():
+    """Spelling out a default does not change the id, so runs stay valid when the config
+    schema grows new options with defaults."""
+    plain = build_run_config({}, [])
+    explicit = build_run_config({}, ["train.steps=3000", "model.norm=pre", "task.format=reverse"])
+    assert plain.run_id() == explicit.run_id()
+    assert plain.run_id() != build_run_config({}, ["model.norm=post"]).run_id()
+    assert plain.run_id() != build_run_config({}, ["task.name=addition", "task.data_seed=1"]).run_id()

@@ -103,8 +103,15 @@ class RunConfig(StrictModel):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Stable hash of the full config (seed included)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Stable hash of the config (seed included).
+
+        Only values that differ from their field's default enter the hash, so adding a
+        new option with a default keeps the ids (and stored results) of existing runs.
+        """
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        data["task"] = {**data.get("task", {}), "name": self.task.name}
+        data["model"] = {**data.get("model", {}), "name": self.model.name}
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def run_id(self) -> str:

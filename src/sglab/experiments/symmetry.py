@@ -245,7 +245,7 @@ class Symmetry(Experiment):
         sections.append({"title": "Symmetry without the causal mask", "tables": [{
             "columns": ["model", "max |Δ next-token probability| under permutation"],
             "rows": [[k, f"{v:.3e}"] for k, v in sensitivity.items()]}],
-            "text": f"Order-blind ceiling on this test set: {ceiling:.4f}.",
+            "text": f"Order-blind ceiling over all 3-digit operand pairs: {ceiling:.4f}.",
             "figures": [{"file": bidir_fig, "title": "bidirectional NoPE",
                          "caption": "Bidirectional NoPE test exact match vs the order-blind ceiling."}]})
         sections.append(corr_section)
