@@ -80,3 +80,20 @@ def test_cli_train_resume_and_report(tmp_path, capsys):
     assert main(["train", "--runs-dir", str(runs), "--resume", "nope"]) == 2
     assert main(["report", str(runs / run_id)]) == 0
     assert "data:image/png;base64" in (runs / run_id / "report.html").read_text()
+
+
+def test_sweep_can_start_from_an_experiment_preset(tmp_path):
+    spec_path = tmp_path / "grid.yaml"
+    spec_path.write_text(json.dumps({
+        "name": "p", "base": {"train": {"steps": 4, "eval_interval": 4, "log_interval": 4},
+                              "task": {"train_size": 300, "test_size": 20}},
+        "grid": {"model.pos_encoding": ["none"]}}))
+    assert main(["sweep", str(spec_path), "--preset", "symmetry:quick", "--workers", "1",
+                 "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    (row,) = RunStore(tmp_path / "runs").query()
+    # the preset's model (3 layers, d=32) with the sweep file's train and task values on top
+    assert row["config"]["model"]["n_layers"] == 3 and row["config"]["model"]["d_model"] == 32
+    assert row["config"]["train"]["steps"] == 4 and row["config"]["train"]["lr"] == 3e-3
+    assert row["config"]["task"]["train_size"] == 300
+    assert main(["sweep", str(spec_path), "--preset", "symmetry", "--runs-dir",
+                 str(tmp_path / "runs")]) == 2

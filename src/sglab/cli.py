@@ -97,14 +97,14 @@ def train(
 
 def _preset_base(spec: str, base: dict) -> dict:
     from sglab import registry
-    from sglab.config import apply_overrides
+    from sglab.config import deep_merge
 
     if ":" not in spec:
         raise SglabError(f"--preset {spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
     name, preset = spec.split(":", 1)
     experiment = registry.experiment(name)
     params = experiment.preset(preset)
-    return apply_overrides(params["base"], base) if base else params["base"]
+    return deep_merge(params["base"], base)
 
 
 @app.command()
@@ -136,6 +136,9 @@ def run(
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep YAML (base, grid, seeds).")],
     backend: Annotated[str, typer.Option(help="local")] = "local",
+    preset: Annotated[str | None, typer.Option(
+        help="Start from an experiment preset's base config (EXPERIMENT:PRESET); the "
+             "sweep file's base is applied on top.")] = None,
     set_: Sets = None,
     out: Annotated[Path | None, typer.Option(help="Output dir (default: results/SWEEP_NAME).")] = None,
     runs_dir: RunsDir = None,
@@ -150,6 +153,8 @@ def sweep(
     if backend != "local":
         raise SglabError(f"unknown backend {backend!r}; available: local")
     spec_data = load_sweep(spec)
+    if preset:
+        spec_data.base = _preset_base(preset, spec_data.base)
     configs = expand(spec_data, list(set_ or []))
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
     summaries = run_configs(configs, root, workers=workers, threads=threads,

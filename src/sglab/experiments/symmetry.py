@@ -238,7 +238,11 @@ class Symmetry(Experiment):
         axes[0][0].set_title("bidirectional NoPE", fontsize=9)
         bidir_fig = save_figure(fig, out_dir, "bidirectional")
 
+        overlap = reference_task.overlap_count()
         sections.append({"title": "Accuracy", "tables": [table],
+                         "text": f"Test set: {len(test):,} distinct operand pairs, {overlap} of "
+                                 "them also in the training set. Converged: final test exact "
+                                 f"match ≥ {threshold:.0%}.",
                          "figures": [{"file": curves, "title": "learning curves",
                                       "caption": "Test exact match during training, one line "
                                                  "per seed (solid: NoPE, dashed: learned PE)."}]})
