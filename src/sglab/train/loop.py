@@ -221,7 +221,7 @@ class Trainer:
                     metrics_file.write(json.dumps(record) + "\n")
                     metrics_file.flush()
                     metric_lines += 1
-                    best, target, stop = self._after_eval(record, best, target, model, started)
+                    best, target, stop = self._after_eval(record, best, target, model)
                     shown = {k: v for k, v in record.items() if k.count("/") == 1}
                     self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
                         f"{k} {v:.4f}" for k, v in shown.items()))
@@ -248,14 +248,15 @@ class Trainer:
         return summary
 
     # ------------------------------------------------------------------ helpers
-    def _after_eval(self, record, best, target, model, started):
+    def _after_eval(self, record, best, target, model):
+        """Track the best checkpoint and the first crossing of the target; decide stopping."""
         cfg = self.config.train
         metric = cfg.target_metric
         if metric in record and (best is None or record[metric] > best["value"]):
             best = {"metric": metric, "value": record[metric], "step": record["step"]}
             save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
-                 {"step": record["step"], "model": model.state_dict(),
-                  "config_hash": self.config.config_hash()})
+                            {"step": record["step"], "model": model.state_dict(),
+                             "config_hash": self.config.config_hash()})
         if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
             target = {"metric": metric, "threshold": cfg.target_threshold,
                       "step": record["step"], "seconds": record["seconds"]}
