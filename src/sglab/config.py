@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sglab.errors import SglabError
 
@@ -75,6 +83,28 @@ class TrainConfig(StrictModel):
         "float32", description="bf16 autocast is used on CUDA only; CPU always trains in float32."
     )
     compile: bool = Field(False, description="torch.compile the model (slower on small CPU models).")
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw", description="adamw (betas, decoupled weight decay) or plain sgd (momentum, L2 decay)."
+    )
+    momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum (optimizer=sgd only).")
+    loss: Literal["cross_entropy", "squared"] = Field(
+        "cross_entropy",
+        description="squared: sum over the vocabulary of (logit - one-hot target)^2, averaged over "
+                    "the target positions.",
+    )
+    weight_norms: list[str] = Field(
+        default_factory=list,
+        description="Weights whose Frobenius norm is logged at every evaluation as "
+                    "'weight_norm/<name>': parameter names or weight views such as "
+                    "blocks.0.attn.W_Q (shell wildcards allowed).",
+    )
+
+    @model_validator(mode="after")
+    def _check_optimizer(self):
+        if self.optimizer != "sgd" and self.momentum:
+            raise ValueError(f"momentum={self.momentum} is an SGD setting; with "
+                             f"optimizer={self.optimizer} leave it at 0 (betas set Adam's momentum)")
+        return self
 
 
 class RunConfig(StrictModel):

@@ -30,9 +30,10 @@ _EXPERIMENTS: dict[str, Any] = {}
 
 _BUILTIN_COMPONENTS = (
     "sglab.tasks.addition",
+    "sglab.tasks.topics",
     "sglab.models.transformer",
 )
-_BUILTIN_EXPERIMENTS = ("sglab.experiments.symmetry",)
+_BUILTIN_EXPERIMENTS = ("sglab.experiments.symmetry", "sglab.experiments.topics")
 
 
 def load_builtins(experiments: bool = False) -> None:

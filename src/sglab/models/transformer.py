@@ -5,6 +5,12 @@ Block with post-LN:            x = ln_1(x + attn(x));  x = ln_2(x + mlp(x))
 Residual ablation of a layer (Zuo & Guerzhoy, Sec. 5) removes both of its
 residual connections: x = attn(ln_1(x)); x = mlp(ln_2(x)).
 
+Switches for the one-layer topic model of Li et al. (2023),
+f(X) = W_E^T (W_V W_E X) Attn(W_E X) + b: ``ffn: none`` (no MLP sub-block),
+``embedding: one_hot`` (W_E = I, frozen; needs d_model = vocabulary size),
+``uniform_attention`` (W_Q = W_K = 0, frozen), ``identity_value`` (W_V = I, frozen),
+``attention_out_projection: false`` (no W_O) and ``output_bias`` (b).
+
 Hook names: ``embed``, ``blocks.{i}.attn.pattern``, ``blocks.{i}.attn_out``,
 ``blocks.{i}.resid_mid``, ``blocks.{i}.mlp.hidden``, ``blocks.{i}.mlp_out``,
 ``blocks.{i}.resid_post`` (the block output), ``final`` (input of the unembedding).
@@ -20,6 +26,7 @@ from torch import nn
 
 from sglab import registry
 from sglab.config import ModelConfig
+from sglab.errors import SglabError
 from sglab.models.attention import SelfAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
@@ -45,6 +52,16 @@ class TransformerConfig(ModelConfig):
     dropout: float = Field(0.0, ge=0, lt=1)
     bias: bool = False
     max_len: int | None = Field(None, ge=1, description="Longest input (null = the task's).")
+    ffn: Literal["dense", "none"] = Field("dense", description="none: blocks have no MLP sub-block.")
+    embedding: Literal["learned", "one_hot"] = Field(
+        "learned", description="one_hot: token embeddings fixed to the identity (d_model must "
+                               "equal the vocabulary size); tied decoder = identity too.")
+    uniform_attention: bool = Field(
+        False, description="Fix W_Q = W_K = 0: every query attends uniformly to the allowed keys.")
+    identity_value: bool = Field(False, description="Fix the value projection W_V to the identity.")
+    attention_out_projection: bool = Field(
+        True, description="false: no output projection W_O after attention (heads concatenated).")
+    output_bias: bool = Field(False, description="A trainable bias b added to the output logits.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -57,6 +74,8 @@ class TransformerConfig(ModelConfig):
             raise ValueError(
                 f"residual_ablation has layer indices {bad} outside 0..{self.n_layers - 1}"
             )
+        if self.ffn == "none" and self.d_ff is not None:
+            raise ValueError(f"d_ff={self.d_ff} has no effect with ffn=none; remove d_ff")
         return self
 
 
@@ -84,12 +103,13 @@ class Block(nn.Module):
         super().__init__()
         self.norm_placement = config.norm
         self.residual = index not in config.residual_ablation
-        self.ln_1, self.ln_2 = _norm(config), _norm(config)
+        has_mlp = config.ffn == "dense"
+        self.ln_1, self.ln_2 = _norm(config), _norm(config) if has_mlp else nn.Identity()
         self.attn = SelfAttention(config.d_model, config.n_heads,
                                   config.attention_mask == "causal", config.bias, config.dropout,
-                                  rotary)
-        self.mlp = MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
-                       config.activation, config.dropout)
+                                  rotary, config.attention_out_projection)
+        self.mlp = (MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
+                        config.activation, config.dropout) if has_mlp else None)
         self.resid_drop = nn.Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
@@ -99,9 +119,13 @@ class Block(nn.Module):
         if self.norm_placement == "post":
             x = self.ln_1(skip * x + self.attn_out(self.resid_drop(self.attn(x, key_padding_mask))))
             x = self.resid_mid(x)
+            if self.mlp is None:
+                return self.resid_post(x)
             return self.resid_post(self.ln_2(skip * x + self.mlp_out(self.mlp(x))))
         h = self.attn_out(self.resid_drop(self.attn(self.ln_1(x), key_padding_mask)))
         x = self.resid_mid(x + h if self.residual else h)
+        if self.mlp is None:
+            return self.resid_post(x)
         h = self.mlp_out(self.mlp(self.ln_2(x)))
         return self.resid_post(x + h if self.residual else h)
 
@@ -128,6 +152,19 @@ class Transformer(nn.Module):
         self.final = HookPoint()
         self.head = None if config.tie_embeddings else nn.Linear(config.d_model, vocab_size, bias=False)
         apply_init(self, config.init, config.init_gamma, config.n_layers)
+        if config.embedding == "one_hot":
+            if config.d_model != vocab_size:
+                raise SglabError(
+                    f"model.embedding=one_hot needs model.d_model equal to the vocabulary size "
+                    f"({vocab_size}), got d_model={config.d_model}; set model.d_model={vocab_size}"
+                    + (" and model.n_heads to a divisor of it" if vocab_size % config.n_heads else "")
+                )
+            with torch.no_grad():
+                self.tok_emb.weight.copy_(torch.eye(vocab_size))
+            self.tok_emb.weight.requires_grad_(False)
+        for block in self.blocks:
+            block.attn.freeze(config.uniform_attention, config.identity_value)
+        self.output_bias = nn.Parameter(torch.zeros(vocab_size)) if config.output_bias else None
 
     def forward(self, input_ids: torch.Tensor,
                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,7 +175,8 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x, key_padding_mask)
         x = self.final(self.ln_f(x))
-        return x @ self.tok_emb.weight.T if self.head is None else self.head(x)
+        logits = x @ self.tok_emb.weight.T if self.head is None else self.head(x)
+        return logits if self.output_bias is None else logits + self.output_bias
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -146,7 +184,7 @@ class Transformer(nn.Module):
     def flops_per_token(self, length: int) -> float:
         """Training FLOPs per token (forward + backward = 3x forward), PaLM appendix B style."""
         c = self.config
-        d_ff = c.d_ff or 4 * c.d_model
+        d_ff = 0 if c.ffn == "none" else c.d_ff or 4 * c.d_model
         matmul_params = c.n_layers * (4 * c.d_model**2 + 2 * c.d_model * d_ff)
         matmul_params += self.tok_emb.weight.numel()  # unembedding
         attention = c.n_layers * 2 * length * c.d_model  # QK^T and PV per token

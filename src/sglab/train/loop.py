@@ -8,6 +8,7 @@ replays exactly the same batches and ends bit-identical on CPU.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import platform
@@ -64,7 +65,56 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.o
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     extra = {"fused": True} if device.type == "cuda" else {}
+    if getattr(cfg, "optimizer", "adamw") == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **extra)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **extra)
+
+
+def training_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy"):
+    """Mean loss over the positions whose target is not IGNORE.
+
+    ``squared``: ||logits - one_hot(target)||^2 summed over the vocabulary (the
+    squared loss of the topic-model theorems, Li et al. 2023).
+    """
+    if kind == "cross_entropy":
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    scored = targets != IGNORE
+    chosen = logits.float()[scored]
+    one_hot = F.one_hot(targets[scored], chosen.shape[-1]).float()
+    return ((chosen - one_hot) ** 2).sum(-1).mean()
+
+
+def named_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters by name plus the weight views that modules expose (``weight_views()``),
+    e.g. ``blocks.0.attn.W_Q``: the query rows of the fused qkv projection."""
+    weights = dict(model.named_parameters())
+    for name, module in model.named_modules():
+        views = getattr(module, "weight_views", None)
+        if callable(views):
+            for key, tensor in views().items():
+                weights[f"{name}.{key}" if name else key] = tensor
+    return weights
+
+
+def select_weights(model: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Names of the weights matched by ``patterns`` (shell wildcards); unknown -> SglabError."""
+    names = list(named_weights(model))
+    chosen: list[str] = []
+    for pattern in patterns:
+        matches = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not matches:
+            sample = ", ".join(names[:8])
+            raise SglabError(f"train.weight_norms: no weight matches {pattern!r}; "
+                             f"names look like: {sample}, ...")
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
+@torch.no_grad()
+def weight_norms(model: torch.nn.Module, names: list[str]) -> dict[str, float]:
+    """Frobenius norms, keyed ``weight_norm/<name>``."""
+    weights = named_weights(model)
+    return {f"weight_norm/{n}": float(weights[n].detach().float().norm()) for n in names}
 
 
 def format_seconds(seconds: float) -> str:
@@ -128,6 +178,7 @@ class Trainer:
         torch.manual_seed(self.config.seed)
         model = build_model(self.config.model, len(task.vocab), task.max_length).to(device)
         optimizer = make_optimizer(model, cfg, device)
+        norm_names = select_weights(model, cfg.weight_norms)
         generator = torch.Generator().manual_seed(self.config.seed)
         causal = model_is_causal(model)
 
@@ -180,8 +231,7 @@ class Trainer:
                 batch = task.train_batch(cfg.batch_size, generator, causal).to(device)
                 with autocast:
                     logits = compiled(batch.input_ids, key_padding_mask=batch.key_padding_mask)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(),
-                                       ignore_index=IGNORE)
+                loss = training_loss(logits, batch.targets, cfg.loss)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip is not None:
@@ -218,6 +268,7 @@ class Trainer:
                                                  None if last else cfg.eval_max_examples))
                     if not last and cfg.eval_max_examples and self._should_stop(record):
                         record.update(self._evaluate(task, model, device, None))  # final: all
+                    record.update(weight_norms(model, norm_names))
                     metrics_file.write(json.dumps(record) + "\n")
                     metrics_file.flush()
                     metric_lines += 1

@@ -1,0 +1,58 @@
+"""End-to-end: the topics experiment at its quick preset."""
+
+import json
+
+import pytest
+
+from sglab import registry
+from sglab.cli import main
+from sglab.experiments import run_experiment
+
+CLAIMS = ["embeddings-block-structure", "one-hot-value-and-attention-topic-structure",
+          "two-stage-training", "theory-block-gap", "attention-table"]
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("topics")
+    results = run_experiment(registry.experiment("topics"), "quick", root / "out",
+                             root / "runs", workers=1, printer=lambda _: None)
+    return root, results
+
+
+def test_quick_preset_writes_every_report_part(quick_results):
+    root, results = quick_results
+    on_disk = json.loads((root / "out" / "results.json").read_text())
+    assert on_disk["claims"] == results["claims"]
+    assert [c["id"] for c in results["claims"]] == CLAIMS
+    for claim in results["claims"]:
+        assert set(claim) == {"id", "statement", "evidence", "passed"}
+        assert claim["passed"] in (True, False) and claim["evidence"]
+    assert len(results["runs"]) == 5 + 1 + 1 + 2  # grid, SGD 3 (two stages), embeddings, theory
+    html = (root / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64") == 3  # Gram matrix, value matrix, weight norms
+    for column in ("Optimizer and learning rate", "Avg same-word attention",
+                   "Avg same-topic-different-word attention", "Avg different-topic attention",
+                   "Adam 0.003", "SGD 0.03", "least squares, N → ∞", "boundary step"):
+        assert column in html, column
+    theory = next(s for s in results["sections"] if s["title"].startswith("Theory"))
+    rows = theory["tables"][0]["rows"]
+    assert rows[0][1] == pytest.approx(0.11560693, rel=1e-6)
+    assert rows[1][1] == pytest.approx(0.11560693, rel=1e-6)  # exact N -> infinity optimum
+
+
+def test_rerun_reuses_the_runs(quick_results):
+    root, results = quick_results
+    checkpoints = sorted((root / "runs").glob("*/checkpoints/last.pt"))
+    assert len(checkpoints) == 9
+    stamps = [p.stat().st_mtime_ns for p in checkpoints]
+    again = run_experiment(registry.experiment("topics"), "quick", root / "out2", root / "runs",
+                           workers=1, printer=lambda _: None)
+    assert [p.stat().st_mtime_ns for p in checkpoints] == stamps  # nothing retrained
+    assert again["claims"] == results["claims"]
+
+
+def test_cli_lists_the_task_and_experiment(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "topics" in out and "masked LM on topic-model" in out
