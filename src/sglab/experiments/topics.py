@@ -9,8 +9,10 @@ Run groups:
                     the Gram matrix E = W_E^T W_E should be block-structured.
   attention         one-hot embeddings (frozen), W_Q, W_K, W_V and b trained from a
                     small initialization (cross-entropy) with Adam at 0.003/0.01/0.03 and
-                    SGD at 0.01/0.03; the attention table, the value matrix and the
-                    weight-norm curves (two stages) come from these runs.
+                    SGD at 0.01/0.03 (the attention table and the value matrix), plus SGD
+                    at lr 3 for the weight-norm curves: Adam normalizes every update, so
+                    its W_K and W_Q move at the learning rate from the first step and no
+                    first stage can be seen; plain SGD keeps them near 0 while W_V grows.
   theory-value      one-hot embeddings, uniform attention (W_Q = W_K = 0), W_V trained
                     with the squared loss: its same-topic minus different-topic block
                     gap should approach 1 / (v (1 - (1 - p_c) p_m)).
@@ -98,13 +100,14 @@ class Topics(Experiment):
         "weight-norm dynamics, and the block gap predicted by the theory."
     )
     presets = {
-        # about half a minute: every run and every report part, too short for the claims
+        # about 10 seconds: every run and every report part, too short for the claims
         "quick": _preset(length=40, attention_steps=60, sgd_steps=60, theory_steps=60,
                          embedding_steps=60, two_stage_steps=60, batch=16, seeds=[0], embedding_seeds=[0],
                          eval_documents=64, attention_documents=64, norm_interval=10,
                          least_squares_documents=2000, embedding_dim=16, quiet=True),
         # CPU: 100-word documents (the paper's are 100-150), fresh documents every batch,
-        # batch 32 (paper 40), 1,000-1,500 steps instead of up to 20 epochs (5,000 steps)
+        # batch 32 (paper 40), 1,000-1,500 steps instead of up to 20 epochs (5,000 steps);
+        # 23 runs, about 11 minutes with 2 workers x 1 thread on 2 cores
         "default": _preset(length=100, attention_steps=1000, sgd_steps=1000, theory_steps=1500,
                            embedding_steps=1500, two_stage_steps=1500, batch=32, seeds=[0, 1, 2],
                            embedding_seeds=[0, 1, 2], eval_documents=500,
