@@ -7,7 +7,8 @@ from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
-from sglab.train.loop import make_optimizer, named_weights, training_loss
+from sglab.tasks.base import target_loss
+from sglab.train.loop import make_optimizer, named_weights
 from tests.conftest import tiny_model
 
 ONE_LAYER = ["model.n_layers=1", "model.n_heads=1", "model.ffn=none", "model.norm=none",
@@ -35,7 +36,7 @@ def _train(config, task, model, steps=5):
     generator = torch.Generator().manual_seed(0)
     for _ in range(steps):
         batch = task.train_batch(8, generator, causal=False)
-        loss = training_loss(model(batch.input_ids, key_padding_mask=batch.key_padding_mask),
+        loss = target_loss(model(batch.input_ids, key_padding_mask=batch.key_padding_mask),
                              batch.targets)
         optimizer.zero_grad()
         loss.backward()

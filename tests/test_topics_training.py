@@ -7,8 +7,9 @@ import torch
 
 from sglab.config import build_run_config
 from sglab.errors import SglabError
+from sglab.tasks.base import target_loss
 from sglab.train import Trainer
-from sglab.train.loop import make_optimizer, training_loss
+from sglab.train.loop import make_optimizer
 from tests.conftest import tiny_config
 
 TOPIC_RUN = {
@@ -47,8 +48,8 @@ def test_squared_loss_is_the_squared_distance_to_the_one_hot_target():
     targets = torch.tensor([[1, -100, 4], [-100, -100, 0]])
     expected = ((logits[0, 0] - torch.eye(5)[1]) ** 2).sum() + \
         ((logits[0, 2] - torch.eye(5)[4]) ** 2).sum() + ((logits[1, 2] - torch.eye(5)[0]) ** 2).sum()
-    assert training_loss(logits, targets, "squared") == pytest.approx(float(expected) / 3)
-    assert training_loss(logits, targets) == pytest.approx(float(torch.nn.functional.cross_entropy(
+    assert target_loss(logits, targets, "squared") == pytest.approx(float(expected) / 3)
+    assert target_loss(logits, targets) == pytest.approx(float(torch.nn.functional.cross_entropy(
         logits.flatten(0, 1), targets.flatten())))
 
 

@@ -17,16 +17,24 @@ def hook_names(model: nn.Module) -> list[str]:
     return [name for name, module in model.named_modules() if isinstance(module, HookPoint)]
 
 
+def match_names(names: list[str], patterns: list[str], what: str = "hook point") -> list[str]:
+    """The names matched by shell-wildcard ``patterns``, in order, without repeats.
+
+    A pattern that matches nothing is a SglabError that shows what names look like.
+    """
+    chosen: list[str] = []
+    for pattern in patterns:
+        matches = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not matches:
+            sample = ", ".join(names[:8])
+            raise SglabError(f"no {what} matches {pattern!r}; names look like: {sample}, ...")
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
 def _resolve(model: nn.Module, patterns: list[str]) -> dict[str, HookPoint]:
     points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
-    chosen: dict[str, HookPoint] = {}
-    for pattern in patterns:
-        matches = [n for n in points if fnmatch.fnmatchcase(n, pattern)]
-        if not matches:
-            sample = ", ".join(list(points)[:8])
-            raise SglabError(f"no hook point matches {pattern!r}; names look like: {sample}, ...")
-        chosen.update({n: points[n] for n in matches})
-    return chosen
+    return {n: points[n] for n in match_names(list(points), patterns)}
 
 
 @contextmanager

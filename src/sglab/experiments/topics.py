@@ -107,7 +107,7 @@ class Topics(Experiment):
                          least_squares_documents=2000, embedding_dim=16, quiet=True),
         # CPU: 100-word documents (the paper's are 100-150), fresh documents every batch,
         # batch 32 (paper 40), 1,000-1,500 steps instead of up to 20 epochs (5,000 steps);
-        # 23 runs, about 11 minutes with 2 workers x 1 thread on 2 cores
+        # 23 runs, about 5 minutes with 2 workers x 1 thread on 2 otherwise idle cores
         "default": _preset(length=100, attention_steps=1000, sgd_steps=1000, theory_steps=1500,
                            embedding_steps=1500, two_stage_steps=1500, batch=32, seeds=[0, 1, 2],
                            embedding_seeds=[0, 1, 2], eval_documents=500,

@@ -102,6 +102,22 @@ class Batch:
         )
 
 
+def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
+                reduction: str = "mean") -> torch.Tensor:
+    """Loss over the positions whose target is not ``IGNORE`` (mean or sum).
+
+    ``squared``: ||logits - one_hot(target)||^2 summed over the vocabulary (the squared
+    loss of the topic-model theorems, Li et al. 2023).
+    """
+    if kind == "cross_entropy":
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                               ignore_index=IGNORE, reduction=reduction)
+    scored = targets != IGNORE
+    chosen = logits.float()[scored]
+    per_position = ((chosen - F.one_hot(targets[scored], chosen.shape[-1]).float()) ** 2).sum(-1)
+    return per_position.mean() if reduction == "mean" else per_position.sum()
+
+
 def causal_batch(split: SequenceSplit) -> Batch:
     """All answer positions of every example in one causal pass."""
     tokens = split.tokens
@@ -227,7 +243,7 @@ class PromptAnswerTask(Task):
             batch = (causal_batch(sub) if causal else prefix_batch(sub)).to(device)
             logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
             scored = batch.targets != IGNORE
-            loss_sum += float(F.cross_entropy(logits[scored], batch.targets[scored], reduction="sum"))
+            loss_sum += float(target_loss(logits, batch.targets, reduction="sum"))
             token_count += int(scored.sum())
             wrong = ((logits.argmax(-1) != batch.targets) & scored).sum(1)
             example_wrong = torch.zeros(len(sub), dtype=torch.long, device=device)

@@ -33,13 +33,12 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary
+from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary, target_loss
 
 PAD_ID, MASK_ID, FIRST_WORD = 0, 1, 2
 
@@ -219,10 +218,8 @@ class TopicsTask(Task):
             inputs, targets = data.input_ids[rows].to(device), data.targets[rows].to(device)
             logits = model(inputs, key_padding_mask=data.key_padding_mask[rows].to(device)).float()
             scored = targets != IGNORE
-            chosen, goal = logits[scored], targets[scored]
-            sums["loss"] += float(F.cross_entropy(chosen, goal, reduction="sum"))
-            one_hot = F.one_hot(goal, chosen.shape[-1]).float()
-            sums["squared_loss"] += float(((chosen - one_hot) ** 2).sum())
+            sums["loss"] += float(target_loss(logits, targets, reduction="sum"))
+            sums["squared_loss"] += float(target_loss(logits, targets, "squared", reduction="sum"))
             predicted = logits.argmax(-1)
             sums["accuracy"] += float((predicted == targets)[scored].sum())
             present = torch.zeros(logits.shape[0], logits.shape[-1], dtype=torch.bool, device=device)

@@ -8,7 +8,6 @@ replays exactly the same batches and ends bit-identical on CPU.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import platform
@@ -18,14 +17,14 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from sglab.analysis.hooks import match_names
 from sglab.config import RunConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.store import read_metrics
 from sglab.tasks import build_task
-from sglab.tasks.base import IGNORE, model_is_causal
+from sglab.tasks.base import model_is_causal, target_loss
 from sglab.train.checkpoints import (
     atomic_write_json,
     atomic_write_text,
@@ -65,23 +64,9 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.o
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     extra = {"fused": True} if device.type == "cuda" else {}
-    if getattr(cfg, "optimizer", "adamw") == "sgd":
+    if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **extra)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **extra)
-
-
-def training_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy"):
-    """Mean loss over the positions whose target is not IGNORE.
-
-    ``squared``: ||logits - one_hot(target)||^2 summed over the vocabulary (the
-    squared loss of the topic-model theorems, Li et al. 2023).
-    """
-    if kind == "cross_entropy":
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-    scored = targets != IGNORE
-    chosen = logits.float()[scored]
-    one_hot = F.one_hot(targets[scored], chosen.shape[-1]).float()
-    return ((chosen - one_hot) ** 2).sum(-1).mean()
 
 
 def named_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -98,16 +83,10 @@ def named_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def select_weights(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     """Names of the weights matched by ``patterns`` (shell wildcards); unknown -> SglabError."""
-    names = list(named_weights(model))
-    chosen: list[str] = []
-    for pattern in patterns:
-        matches = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-        if not matches:
-            sample = ", ".join(names[:8])
-            raise SglabError(f"train.weight_norms: no weight matches {pattern!r}; "
-                             f"names look like: {sample}, ...")
-        chosen.extend(m for m in matches if m not in chosen)
-    return chosen
+    try:
+        return match_names(list(named_weights(model)), patterns, "weight")
+    except SglabError as exc:
+        raise SglabError(f"train.weight_norms: {exc}") from None
 
 
 @torch.no_grad()
@@ -231,7 +210,7 @@ class Trainer:
                 batch = task.train_batch(cfg.batch_size, generator, causal).to(device)
                 with autocast:
                     logits = compiled(batch.input_ids, key_padding_mask=batch.key_padding_mask)
-                loss = training_loss(logits, batch.targets, cfg.loss)
+                loss = target_loss(logits, batch.targets, cfg.loss)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip is not None:
