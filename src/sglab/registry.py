@@ -1,13 +1,15 @@
 """Name -> (config class, factory) for tasks and models; name -> experiment.
 
-Modules register themselves on import; :func:`load_builtins` imports the
-built-in ones so that the registry is complete before a lookup.
+Modules register themselves on import; :func:`load_builtins` imports every module
+of the ``sglab.tasks`` and ``sglab.models`` packages (and ``sglab.experiments`` when
+experiments are asked for), so a new component only has to live in its package.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +30,25 @@ class Entry:
 _SECTIONS: dict[str, dict[str, Entry]] = {"task": {}, "model": {}}
 _EXPERIMENTS: dict[str, Any] = {}
 
-_BUILTIN_COMPONENTS = (
-    "sglab.tasks.addition",
-    "sglab.tasks.topics",
-    "sglab.models.transformer",
-)
-_BUILTIN_EXPERIMENTS = ("sglab.experiments.symmetry", "sglab.experiments.topics")
+_COMPONENT_PACKAGES = ("sglab.tasks", "sglab.models")
+_EXPERIMENT_PACKAGES = ("sglab.experiments",)
+
+
+_IMPORTED_PACKAGES: set[str] = set()
+
+
+def _import_package_modules(package_name: str) -> None:
+    if package_name in _IMPORTED_PACKAGES:
+        return
+    _IMPORTED_PACKAGES.add(package_name)
+    package = importlib.import_module(package_name)
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package_name}.{module.name}")
 
 
 def load_builtins(experiments: bool = False) -> None:
-    for module in _BUILTIN_COMPONENTS + (_BUILTIN_EXPERIMENTS if experiments else ()):
-        importlib.import_module(module)
+    for package in _COMPONENT_PACKAGES + (_EXPERIMENT_PACKAGES if experiments else ()):
+        _import_package_modules(package)
 
 
 def register(section: str, name: str, config_class: type[BaseModel], description: str = ""):
