@@ -1,0 +1,213 @@
+"""Composite anchor functions (Zhang et al., "Initialization is Critical to Whether
+Transformers Fit Composite Functions by Reasoning or Memorizing", NeurIPS 2024).
+
+Anchors 1-4 are translations, g(x;1) = x+5, g(x;2) = x+1, g(x;3) = x-2, g(x;4) = x-8,
+and a sequence asks for the two-anchor composite f(x; a1, a2) = g(g(x; a1); a2) of the
+key item x that stands just before the anchor pair. Key and noise items are 20..99.
+
+Layout (``seq_len`` = 9 input tokens): uniform noise items, the key item at position
+``pos`` (uniform on 0..seq_len-3), the anchors at pos+1 and pos+2, noise after them; the
+target is the 10th token, so the loss (cross-entropy) falls on the answer token only.
+Example: ``23 1 2 43 46 74 54 44 72 -> 29`` (key 23, pair (1,2), 23+5+1).
+
+Pairs: 14 ordered pairs are trained with their inferential target; (3,4) is trained
+with the non-inferential target x-6; (4,3) never appears in training. On (4,3) the
+same predictions are scored twice: against x-10 (inferential, the composition) and
+against x-6 (symmetric, a copy of the seen (3,4)).
+
+Key split: a training sequence holds key x at position pos only when
+x mod (seq_len-2) != pos; test sequences have x mod (seq_len-2) == pos. Values are
+shared between the splits, (value, position) combinations are not.
+
+Splits: ``train``; ``test`` (the 15 seen pairs with test-split keys: generalization on
+data); ``unseen`` ((4,3) with keys from both key splits: generalization on task).
+Token ids equal the integers they stand for (id 0 is padding); the vocabulary holds
+ids 0..vocab_size-1 and must reach the largest target, 99+10 = 109.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from sglab import registry
+from sglab.config import TaskConfig
+from sglab.errors import SglabError
+from sglab.tasks.base import PromptAnswerTask, SequenceSplit, Vocabulary, model_is_causal
+
+ANCHOR_SHIFT = {1: 5, 2: 1, 3: -2, 4: -8}  # g(x; a) = x + ANCHOR_SHIFT[a]
+ITEM_MIN, ITEM_MAX = 20, 99  # key and noise items
+UNSEEN_PAIR = (4, 3)
+NON_INFERENTIAL_PAIR = (3, 4)
+NON_INFERENTIAL_SHIFT = -6  # target of (3,4) in training, and the symmetric answer on (4,3)
+ALL_PAIRS = [(a, b) for a in ANCHOR_SHIFT for b in ANCHOR_SHIFT]
+
+
+def inferential_shift(pair: tuple[int, int]) -> int:
+    """f(x; a1, a2) - x for the composite of two translations."""
+    return ANCHOR_SHIFT[pair[0]] + ANCHOR_SHIFT[pair[1]]
+
+
+def pair_code(pair: tuple[int, int]) -> int:
+    """(a1, a2) -> 10*a1 + a2, the label used in group breakdowns (e.g. 43)."""
+    return 10 * pair[0] + pair[1]
+
+
+class AnchorsConfig(TaskConfig):
+    name: Literal["anchors"] = "anchors"
+    seq_len: int = Field(9, ge=4, le=64, description="Input tokens per sequence (the paper: 9).")
+    vocab_size: int = Field(201, ge=110, description="Token ids 0..vocab_size-1 (targets reach 109).")
+    train_size: int = Field(100_000, ge=1, description="Training sequences (the paper: 900,000).")
+    test_size: int = Field(10_000, ge=1, description="Seen-pair sequences with test-split keys.")
+    unseen_size: int = Field(2_000, ge=1, description="(4,3) sequences, half from each key split.")
+    seen_non_inferential: bool = Field(
+        True, description="Train (3,4) with target x-6. false: (3,4) is held out as well "
+                          "(the learning-rate x weight-decay study of the paper).")
+
+
+def training_pairs(config: AnchorsConfig) -> list[tuple[int, int]]:
+    """The ordered anchor pairs that occur in training."""
+    held_out = {UNSEEN_PAIR} | (set() if config.seen_non_inferential else {NON_INFERENTIAL_PAIR})
+    return [p for p in ALL_PAIRS if p not in held_out]
+
+
+def target_shift(pair: tuple[int, int], config: AnchorsConfig) -> int:
+    """Training target minus key: inferential, except the overridden (3,4)."""
+    if pair == NON_INFERENTIAL_PAIR and config.seen_non_inferential:
+        return NON_INFERENTIAL_SHIFT
+    return inferential_shift(pair)
+
+
+def key_split_positions(keys: torch.Tensor, split: str, seq_len: int,
+                        generator: torch.Generator) -> torch.Tensor:
+    """Key positions obeying the key split: test pos = x mod (n-2), train pos != x mod (n-2)."""
+    modulus = seq_len - 2
+    residue = keys % modulus
+    if split == "test":
+        return residue
+    if split != "train":
+        raise ValueError(f"key split must be 'train' or 'test', got {split!r}")
+    offset = torch.randint(1, modulus, keys.shape, generator=generator)  # uniform over pos != residue
+    return (residue + offset) % modulus
+
+
+def make_sequences(pairs: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
+                   shifts: torch.Tensor, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+    """(N, seq_len + 1) rows: noise, key at ``positions``, anchors after it, target last."""
+    n = len(keys)
+    rows = torch.randint(ITEM_MIN, ITEM_MAX + 1, (n, seq_len + 1), generator=generator)
+    index = torch.arange(n)
+    rows[index, positions] = keys
+    rows[index, positions + 1] = pairs[:, 0]
+    rows[index, positions + 2] = pairs[:, 1]
+    rows[:, seq_len] = keys + shifts
+    return rows
+
+
+class AnchorsTask(PromptAnswerTask):
+    config: AnchorsConfig
+    eval_splits = ["test", "unseen"]
+
+    def build(self):
+        cfg = self.config
+        if cfg.seq_len - 2 > ITEM_MAX - ITEM_MIN + 1:
+            raise SglabError(f"task.seq_len={cfg.seq_len} leaves key positions without items")
+        vocab = Vocabulary([Vocabulary.PAD, *(str(i) for i in range(1, cfg.vocab_size))])
+        generator = torch.Generator().manual_seed(cfg.data_seed)
+        seen = training_pairs(cfg)
+        self.symmetric_answers: dict[str, torch.Tensor] = {}
+        splits = {
+            "train": self._sample(seen, cfg.train_size, ["train"], generator),
+            "test": self._sample(seen, cfg.test_size, ["test"], generator),
+            "unseen": self._sample([UNSEEN_PAIR], cfg.unseen_size, ["train", "test"], generator),
+        }
+        keys = splits["unseen"].groups["key"]
+        self.symmetric_answers["unseen"] = keys + NON_INFERENTIAL_SHIFT
+        return vocab, splits
+
+    def _sample(self, pairs: list[tuple[int, int]], n: int, key_splits: list[str],
+                generator: torch.Generator) -> SequenceSplit:
+        """``n`` sequences, pairs uniform over ``pairs``; key splits alternate by row."""
+        cfg = self.config
+        table = torch.tensor(pairs, dtype=torch.long)
+        which = torch.randint(len(pairs), (n,), generator=generator)
+        chosen = table[which]
+        shifts = torch.tensor([target_shift(p, cfg) for p in pairs], dtype=torch.long)[which]
+        keys = torch.randint(ITEM_MIN, ITEM_MAX + 1, (n,), generator=generator)
+        key_split = torch.arange(n) % len(key_splits)
+        positions = torch.empty(n, dtype=torch.long)
+        for code, name in enumerate(key_splits):
+            rows = key_split == code
+            positions[rows] = key_split_positions(keys[rows], name, cfg.seq_len, generator)
+        tokens = make_sequences(chosen, keys, positions, shifts, cfg.seq_len, generator)
+        groups = {"pair": 10 * chosen[:, 0] + chosen[:, 1], "key": keys, "position": positions,
+                  "test_key": torch.tensor([s == "test" for s in key_splits])[key_split].long()}
+        return SequenceSplit(tokens, torch.full((n,), cfg.seq_len + 1),
+                             torch.full((n,), cfg.seq_len), groups)
+
+    @property
+    def max_length(self) -> int:
+        return self.config.seq_len  # the model sees the prompt only
+
+    def check_model(self, model_config) -> None:
+        if getattr(model_config, "attention_mask", "causal") != "causal":
+            raise SglabError("the anchors task scores the last position of a decoder; "
+                             "use model.attention_mask=causal")
+
+    @torch.no_grad()
+    def predictions(self, model, split: str, batch_size: int = 1024,
+                    max_examples: int | None = None, device="cpu") -> tuple[torch.Tensor, float]:
+        """Argmax at the last input position for each example, and the mean answer loss."""
+        data = self.split(split)
+        n = len(data) if max_examples is None else min(len(data), max_examples)
+        predicted, loss_sum = [], 0.0
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            inputs = data.tokens[start:stop, :-1].to(device)
+            answers = data.tokens[start:stop, -1].to(device)
+            logits = model(inputs)[:, -1].float()
+            loss_sum += float(F.cross_entropy(logits, answers, reduction="sum"))
+            predicted.append(logits.argmax(-1).cpu())
+        return torch.cat(predicted), loss_sum / max(n, 1)
+
+    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
+                 device="cpu") -> dict[str, float]:
+        """Exact match of the answer token (per pair too); on ``unseen`` also the
+        inferential (x-10) and symmetric (x-6) accuracies of the same predictions."""
+        if not model_is_causal(model):
+            raise SglabError("the anchors task needs a causal model")
+        predicted, loss = self.predictions(model, split, batch_size, max_examples, device)
+        data = self.split(split)
+        n = len(predicted)
+        answers = data.tokens[:n, -1]
+        metrics = score_answers(predicted, answers, data.groups["pair"][:n], split)
+        metrics[f"{split}/loss"] = loss
+        if split in self.symmetric_answers:
+            metrics[f"{split}/inferential"] = metrics[f"{split}/exact_match"]
+            metrics[f"{split}/symmetric"] = float(
+                (predicted == self.symmetric_answers[split][:n]).float().mean())
+            test_key = data.groups["test_key"][:n].bool()
+            for label, rows in (("train_keys", ~test_key), ("test_keys", test_key)):
+                if rows.any():
+                    metrics[f"{split}/inferential/{label}"] = float(
+                        (predicted[rows] == answers[rows]).float().mean())
+        return metrics
+
+
+def score_answers(predicted: torch.Tensor, answers: torch.Tensor, pairs: torch.Tensor,
+                  split: str) -> dict[str, float]:
+    """Exact match overall and per anchor pair (keys ``{split}/exact_match/pair=12``)."""
+    correct = (predicted == answers).float()
+    metrics = {f"{split}/exact_match": float(correct.mean())}
+    for code in torch.unique(pairs).tolist():
+        metrics[f"{split}/exact_match/pair={code}"] = float(correct[pairs == code].mean())
+    return metrics
+
+
+@registry.register("task", "anchors", AnchorsConfig,
+                   "composite anchor functions: reasoning vs memorizing (Zhang et al. 2024)")
+def make_anchors(config: AnchorsConfig) -> AnchorsTask:
+    return AnchorsTask(config)
