@@ -92,12 +92,24 @@ class TrainConfig(StrictModel):
         description="squared: sum over the vocabulary of (logit - one-hot target)^2, averaged over "
                     "the target positions.",
     )
+    snapshot_steps: list[int] = Field(
+        default_factory=list,
+        description="Steps whose model weights are kept as checkpoints/step_<N>.pt for analyses "
+                    "of training dynamics (0 = the initialization).",
+    )
     weight_norms: list[str] = Field(
         default_factory=list,
         description="Weights whose Frobenius norm is logged at every evaluation as "
                     "'weight_norm/<name>': parameter names or weight views such as "
                     "blocks.0.attn.W_Q (shell wildcards allowed).",
     )
+
+    @field_validator("snapshot_steps")
+    @classmethod
+    def _check_snapshots(cls, steps: list[int]) -> list[int]:
+        if any(step < 0 for step in steps):
+            raise ValueError("snapshot steps must be >= 0")
+        return sorted(set(steps))
 
     @model_validator(mode="after")
     def _check_optimizer(self):

@@ -201,6 +201,9 @@ class Trainer:
         window_steps, window_tokens, window_start, paused = 0, 0, time.perf_counter(), 0.0
         train_seconds, train_tokens, train_steps = 0.0, 0, 0
         stop = False
+        snapshots = set(cfg.snapshot_steps)
+        if step == 0 and 0 in snapshots:
+            self._snapshot(model, 0)
         with metrics_path.open("a") as metrics_file:
             while step < cfg.steps and not stop:
                 lr = learning_rate(step, cfg)
@@ -217,6 +220,8 @@ class Trainer:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 optimizer.step()
                 step += 1
+                if step in snapshots:
+                    self._snapshot(model, step)
                 window_loss += loss.detach()
                 window_steps += 1
                 window_tokens += batch.input_ids.numel()
@@ -304,6 +309,12 @@ class Trainer:
             record.update(task.evaluate(model, split, self.config.train.eval_batch_size,
                                         max_examples, device))
         return record
+
+    def _snapshot(self, model, step: int) -> None:
+        """Model weights at ``step`` (train.snapshot_steps), loadable with load_trained."""
+        save_checkpoint(self.run_dir / "checkpoints" / f"step_{step}.pt",
+                        {"step": step, "model": model.state_dict(),
+                         "config_hash": self.config.config_hash()})
 
     def _save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
         save_checkpoint(self.checkpoint_path, {
