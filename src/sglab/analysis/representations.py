@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.manifold import TSNE
+from threadpoolctl import threadpool_limits
 
 from sglab.errors import SglabError
 
@@ -23,13 +24,18 @@ def _array(vectors) -> np.ndarray:
 
 
 def tsne_map(vectors, seed: int = 0, perplexity: float = 30.0) -> np.ndarray:
-    """2-D t-SNE embedding (scikit-learn, PCA start) of the rows of ``vectors``."""
+    """2-D t-SNE embedding (scikit-learn, PCA start) of the rows of ``vectors``.
+
+    Runs on one thread: the Barnes-Hut gradient slows down many times over when its
+    OpenMP threads compete with other processes for the cores.
+    """
     array = _array(vectors)
     if len(array) <= perplexity:
         raise SglabError(f"t-SNE with perplexity {perplexity} needs more than {perplexity:g} "
                          f"vectors, got {len(array)}")
-    return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed,
-                learning_rate="auto").fit_transform(array)
+    with threadpool_limits(limits=1):
+        return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed,
+                    learning_rate="auto").fit_transform(array)
 
 
 def centroid_cosine(vectors, labels, first, second) -> float:
