@@ -51,6 +51,7 @@ def test_the_attention_probe_is_the_papers_key_99_with_pair_43():
     tokens = probe_unseen_input(9).tolist()
     position = tokens.index(4)
     assert len(tokens) == 9 and tokens[position - 1] == 99 and tokens[position + 1] == 3
+    assert tokens.count(99) == 1 and tokens.count(4) == 1
 
 
 def test_presets_build_valid_configs():

@@ -321,12 +321,12 @@ class InitScale(Experiment):
         rows = []
         for kind, (_, _, model) in loaded.items():
             values = embedding_eigenvalues(model)
-            axes[0][0].semilogy(np.arange(1, len(values) + 1), np.maximum(values, 1e-12),
-                                label=labels[kind])
+            axes[0][0].semilogy(np.arange(1, len(values) + 1),
+                                np.maximum(values / values.sum(), 1e-12), label=labels[kind])
             rows.append([labels[kind], f"{effective_rank(values):.2f}",
                          f"{values[0] / values.sum():.3f}"])
         axes[0][0].set_xlabel("index")
-        axes[0][0].set_ylabel("eigenvalue of embedding covariance")
+        axes[0][0].set_ylabel("eigenvalue / sum (embedding covariance)")
         axes[0][0].legend(fontsize=7)
         run = exemplars["inferential"]
         steps = run["config"].train.snapshot_steps
@@ -355,9 +355,9 @@ class InitScale(Experiment):
         axes[0][0].legend(fontsize=6)
         singular = save_figure(fig, out_dir, "singular_values")
         return {"title": "Spectra", "text": (
-            "Eigenvalues of the covariance of the input-token embeddings (anchors and items "
-            f"{ITEM_MIN}-{ITEM_MAX}) and singular values of every weight matrix, for the two "
-            "exemplar models; the right panel follows the six largest eigenvalues of the "
+            "Eigenvalues (divided by their sum) of the covariance of the input-token embeddings "
+            f"(anchors and items {ITEM_MIN}-{ITEM_MAX}) and singular values of every weight "
+            "matrix, for the two exemplar models; the right panel follows the six largest eigenvalues of the "
             "inferential model over training (weights kept at train.snapshot_steps)."),
             "tables": [{"columns": ["model", "effective rank", "largest eigenvalue share"],
                         "rows": rows}],
@@ -421,6 +421,8 @@ class InitScale(Experiment):
                         cmap="Blues")
                 ax.set_xticks(range(len(names)), names, fontsize=6)
                 ax.set_yticks(range(len(names)), names, fontsize=6)
+                ax.set_xlabel("attended position", fontsize=7)
+                ax.set_ylabel("query position", fontsize=7)
                 last = pattern[-1]
                 rows.append([labels[kind], layer + 1, f"{last[key_pos]:.2f}",
                              f"{last[key_pos + 1]:.2f}", f"{last[key_pos + 2]:.2f}",
@@ -542,12 +544,14 @@ def embedding_eigenvalues(model) -> np.ndarray:
 
 
 def weight_matrix_names(model) -> list[str]:
-    """Every weight matrix, with the fused qkv split into W_Q, W_K, W_V."""
-    names = []
-    for name, tensor in named_weights(model).items():
-        if tensor.dim() == 2 and not name.endswith("qkv.weight"):
-            names.append(name)
-    return names
+    """Every weight matrix in forward order, the fused qkv split into W_Q, W_K, W_V."""
+    weights = named_weights(model)
+    names = ["tok_emb.weight", "positions.table.weight"]
+    for i in range(len(model.blocks)):
+        names += [f"blocks.{i}.attn.{view}" for view in ("W_Q", "W_K", "W_V", "W_O")]
+        names += [f"blocks.{i}.mlp.up.weight", f"blocks.{i}.mlp.out.weight"]
+    names.append("head.weight")
+    return [n for n in names if n in weights and weights[n].dim() == 2]
 
 
 def probe_sequences(task_config, per_pair: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -567,8 +571,12 @@ def probe_unseen_input(seq_len: int, key: int = 99) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     position = (seq_len - 2) // 2
     row = make_sequences(torch.tensor([[4, 3]]), torch.tensor([key]), torch.tensor([position]),
-                         torch.tensor([-10]), seq_len, generator)
-    return row[0, :-1]
+                         torch.tensor([-10]), seq_len, generator)[0, :-1]
+    noise = torch.ones(seq_len, dtype=torch.bool)
+    noise[position:position + 3] = False
+    clash = noise & (row == key)  # the key value appears only once
+    row[clash] = ITEM_MIN + (row[clash] - ITEM_MIN + 37) % (ITEM_MAX - ITEM_MIN + 1)
+    return row
 
 
 registry.register_experiment(InitScale())
