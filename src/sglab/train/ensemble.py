@@ -28,6 +28,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -159,6 +160,7 @@ class EnsembleTrainer:
         optimizer = make_optimizer(model, config.train, device)
         generator = torch.Generator().manual_seed(config.seed)
         member = _Member(trainer, task, model, generator, optimizer)
+        member.model_device = device
         member.norm_names = select_weights(model, config.train.weight_norms)
         state = trainer.restore(model, optimizer, generator, device)
         if state is not None:
@@ -190,6 +192,8 @@ class EnsembleTrainer:
             return functional_call(template, (params, constants), (input_ids,),
                                    {"key_padding_mask": key_padding_mask})
 
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                    if cfg0.precision == "bf16" and device.type == "cuda" else nullcontext())
         finished: dict[str, dict] = {}
         size = len(members)
         train_seconds, train_steps = 0.0, 0
@@ -204,8 +208,9 @@ class EnsembleTrainer:
                 batches = [m.task.train_batch(m.cfg.batch_size, m.generator, causal) for m in members]
                 batch = _pad_and_stack(batches).to(device)
                 in_dims = (0, 0, 0, 0 if batch.key_padding_mask is not None else None)
-                logits = vmap(member_forward, in_dims=in_dims)(
-                    stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
+                with autocast:
+                    logits = vmap(member_forward, in_dims=in_dims)(
+                        stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
                 losses = torch.stack([target_loss(logits[k], batch.targets[k], m.cfg.loss)
                                       for k, m in enumerate(members)])
                 stack.zero_grad()
@@ -281,8 +286,10 @@ class _Stack:
         self.constants.update({n: torch.stack([b[n] for b in per_member_buffers])
                                for n in buffer_names})
         # optimizer state, taken from each member's torch optimizer (empty on a fresh start)
+        device = members[0].model_device
         self.step_count = torch.tensor([_state_step(m, per_member[k], trainable)
-                                        for k, m in enumerate(members)], dtype=torch.float32)
+                                        for k, m in enumerate(members)], dtype=torch.float32,
+                                       device=device)
         self.state: dict[str, dict[str, torch.Tensor]] = {}
         for n in trainable:
             entries = [m.optimizer.state.get(per_member[k][n], {}) for k, m in enumerate(members)]
@@ -299,9 +306,6 @@ class _Stack:
             else:
                 self.state[n] = {}
 
-    def _broadcast(self, values: list[float], like: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(values, dtype=like.dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
-
     def zero_grad(self) -> None:
         for p in self.params.values():
             p.grad = None
@@ -313,7 +317,8 @@ class _Stack:
             return
         grads = [p.grad for p in self.params.values() if p.grad is not None]
         norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)  # [K]
-        limits = torch.tensor([math.inf if c is None else c for c in max_norms], dtype=norms.dtype)
+        limits = torch.tensor([math.inf if c is None else c for c in max_norms], dtype=norms.dtype,
+                              device=norms.device)
         coefficient = (limits / (norms + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coefficient.view(-1, *[1] * (g.dim() - 1)))
@@ -324,13 +329,15 @@ class _Stack:
         weight decay applies to matrices only (a member's tensor of dim >= 2), as in
         :func:`make_optimizer`."""
         self.step_count += 1
+        lr_per_member = torch.tensor(lrs, dtype=torch.float32, device=self.step_count.device)
+        wd_per_member = torch.tensor(weight_decays, dtype=torch.float32, device=self.step_count.device)
         for name, p in self.params.items():
             g = p.grad
             if g is None:
                 continue
-            lr = self._broadcast(lrs, p)
-            decays = p.dim() >= 3
-            wd = self._broadcast(weight_decays, p) if decays else None
+            shape = (-1, *[1] * (p.dim() - 1))
+            lr = lr_per_member.view(shape).to(p.dtype)
+            wd = wd_per_member.view(shape).to(p.dtype) if p.dim() >= 3 else None
             if self.optimizer_kind == "adamw":
                 beta1, beta2 = self.betas
                 state = self.state[name]
@@ -377,7 +384,7 @@ class _Stack:
 
     def remove(self, indices: list[int]) -> None:
         keep = torch.tensor([k for k in range(len(self.step_count)) if k not in indices],
-                            dtype=torch.long)
+                            dtype=torch.long, device=self.step_count.device)
         for name in list(self.params):
             self.params[name] = self.params[name].detach()[keep].requires_grad_()
         for name in list(self.constants):
