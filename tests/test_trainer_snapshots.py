@@ -6,7 +6,8 @@ import torch
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
-from sglab.train.loop import load_trained, train
+from sglab.train.ensemble import EnsembleTrainer
+from sglab.train.loop import Trainer, load_trained, train
 from tests.conftest import tiny_config
 
 
@@ -31,3 +32,15 @@ def test_snapshots_hold_the_weights_of_their_steps(tmp_path):
 def test_negative_snapshot_steps_are_rejected():
     with pytest.raises(SglabError, match="snapshot"):
         tiny_config("train.snapshot_steps=[-1]")
+
+
+def test_ensemble_members_keep_the_snapshots_a_lone_run_keeps(tmp_path):
+    configs = [tiny_config(f"seed={seed}", "train.snapshot_steps=[0, 10]", "train.steps=20")
+               for seed in (0, 1)]
+    EnsembleTrainer(configs, tmp_path / "together", printer=None).run()
+    Trainer(configs[1], tmp_path / "alone", printer=None).run()
+    for step in (0, 10):
+        together = load_trained(tmp_path / "together" / configs[1].run_id(), f"step_{step}")[2]
+        alone = load_trained(tmp_path / "alone" / configs[1].run_id(), f"step_{step}")[2]
+        for (name, a), b in zip(together.state_dict().items(), alone.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)

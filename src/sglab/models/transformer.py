@@ -31,6 +31,7 @@ from sglab.models.attention import SelfAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
 from sglab.models.positional import AbsolutePositions, Rotary
+from sglab.models.relative import RelativeSelfAttention
 
 
 class TransformerConfig(ModelConfig):
@@ -39,7 +40,9 @@ class TransformerConfig(ModelConfig):
     n_heads: int = Field(4, ge=1)
     d_model: int = Field(128, ge=1)
     d_ff: int | None = Field(None, ge=1, description="MLP width (null = 4 * d_model).")
-    pos_encoding: Literal["learned", "sinusoidal", "none", "rotary"] = "learned"
+    pos_encoding: Literal["learned", "sinusoidal", "none", "rotary", "relative"] = Field(
+        "learned", description="relative: Transformer-XL relative attention in every layer, "
+                               "no absolute positions.")
     attention_mask: Literal["causal", "bidirectional"] = "causal"
     norm: Literal["pre", "post", "none"] = "pre"
     residual_ablation: list[int] = Field(
@@ -105,9 +108,13 @@ class Block(nn.Module):
         self.residual = index not in config.residual_ablation
         has_mlp = config.ffn == "dense"
         self.ln_1, self.ln_2 = _norm(config), _norm(config) if has_mlp else nn.Identity()
-        self.attn = SelfAttention(config.d_model, config.n_heads,
-                                  config.attention_mask == "causal", config.bias, config.dropout,
-                                  rotary, config.attention_out_projection)
+        causal = config.attention_mask == "causal"
+        if config.pos_encoding == "relative":
+            self.attn = RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
+                                              config.dropout, config.attention_out_projection)
+        else:
+            self.attn = SelfAttention(config.d_model, config.n_heads, causal, config.bias,
+                                      config.dropout, rotary, config.attention_out_projection)
         self.mlp = (MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
                         config.activation, config.dropout) if has_mlp else None)
         self.resid_drop = nn.Dropout(config.dropout)
