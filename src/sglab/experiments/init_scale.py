@@ -88,10 +88,10 @@ class InitScale(Experiment):
             "lr_wd": None, "tsne_points": 320, "quiet": True,
         },
         "default": {
-            "base": _base(d_model=64, d_ff=192, steps=3000, batch=256, lr=1e-3, min_lr=1e-4,
-                          warmup=100, train_size=50_000, test_size=2000, unseen_size=1000,
-                          eval_every=250, snapshots=6),
-            "depths": [2, 3], "gammas": [0.3, 0.5, 0.65], "lrs": [1e-3], "seeds": [0, 1],
+            "base": _base(d_model=64, d_ff=192, steps=3000, batch=256, lr=1e-3,
+                          lr_schedule="constant", warmup=100, train_size=50_000, test_size=2000,
+                          unseen_size=1000, eval_every=250, snapshots=6),
+            "depths": [2], "gammas": [0.3, 0.5, 0.65], "lrs": [1e-3], "seeds": [0, 1, 2],
             "lr_wd": None, "tsne_points": 1600, "quiet": False,
         },
         "paper": {
