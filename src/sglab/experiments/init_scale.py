@@ -185,7 +185,7 @@ class InitScale(Experiment):
     # --- phase diagram
     def _phase_section(self, cells, params, out_dir):
         depths, gammas = params["depths"], params["gammas"]
-        fig, axes = new_figure(4.2 * 3, 0.9 + 0.8 * len(depths), ncols=3)
+        fig, axes = new_figure(4.2 * 3, max(2.8, 1.2 + 0.8 * len(depths)), ncols=3)
         for ax, key, title in zip(axes[0], ("symmetric", "inferential", "test"),
                                   ("symmetric accuracy on (4,3)", "inferential accuracy on (4,3)",
                                    "seen pairs, test-split keys")):
