@@ -27,7 +27,7 @@ from torch import nn
 from sglab import registry
 from sglab.config import ModelConfig
 from sglab.errors import SglabError
-from sglab.models.attention import SelfAttention
+from sglab.models.attention import CrossAttention, SelfAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
 from sglab.models.positional import AbsolutePositions, Rotary
@@ -102,7 +102,13 @@ def _norm(config: TransformerConfig) -> nn.Module:
 
 
 class Block(nn.Module):
-    def __init__(self, config: TransformerConfig, index: int, rotary: nn.Module | None):
+    """One layer. ``cross_attention=True`` adds an encoder-decoder attention sub-block
+    between self-attention and the MLP (the decoder layer of a seq2seq model):
+    post-LN  x = ln_cross(x + cross(x, memory)),  pre-LN  x = x + cross(ln_cross(x), memory).
+    """
+
+    def __init__(self, config: TransformerConfig, index: int, rotary: nn.Module | None,
+                 cross_attention: bool = False):
         super().__init__()
         self.norm_placement = config.norm
         self.residual = index not in config.residual_ablation
@@ -120,17 +126,36 @@ class Block(nn.Module):
         self.resid_drop = nn.Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
+        self.cross_attn = (CrossAttention(config.d_model, config.n_heads, config.bias,
+                                          config.dropout) if cross_attention else None)
+        if cross_attention:
+            self.ln_cross, self.cross_out = _norm(config), HookPoint()
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    def _cross(self, x: torch.Tensor, memory: torch.Tensor | None,
+               memory_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.cross_attn is None:
+            return x
+        if memory is None:
+            raise ValueError("a block with cross-attention needs the encoder output (memory)")
+        skip = 1.0 if self.residual else 0.0
+        if self.norm_placement == "post":
+            h = self.cross_out(self.resid_drop(self.cross_attn(x, memory, memory_mask)))
+            return self.ln_cross(skip * x + h)
+        h = self.cross_out(self.resid_drop(self.cross_attn(self.ln_cross(x), memory, memory_mask)))
+        return skip * x + h
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                memory: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         skip = 1.0 if self.residual else 0.0
         if self.norm_placement == "post":
             x = self.ln_1(skip * x + self.attn_out(self.resid_drop(self.attn(x, key_padding_mask))))
-            x = self.resid_mid(x)
+            x = self.resid_mid(self._cross(x, memory, memory_mask))
             if self.mlp is None:
                 return self.resid_post(x)
             return self.resid_post(self.ln_2(skip * x + self.mlp_out(self.mlp(x))))
         h = self.attn_out(self.resid_drop(self.attn(self.ln_1(x), key_padding_mask)))
-        x = self.resid_mid(x + h if self.residual else h)
+        x = self.resid_mid(self._cross(x + h if self.residual else h, memory, memory_mask))
         if self.mlp is None:
             return self.resid_post(x)
         h = self.mlp_out(self.mlp(self.ln_2(x)))

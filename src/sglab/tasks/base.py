@@ -87,19 +87,30 @@ class Batch:
 
     ``key_padding_mask`` (True = real token) is set for bidirectional models;
     ``example_index`` maps each row back to its example (prefix expansion).
+    Encoder-decoder tasks add the encoder input ``source_ids`` and its padding mask
+    ``source_mask``; ``input_ids`` is then the decoder input.
     """
 
     input_ids: torch.Tensor
     targets: torch.Tensor
     key_padding_mask: torch.Tensor | None = None
     example_index: torch.Tensor | None = None
+    source_ids: torch.Tensor | None = None
+    source_mask: torch.Tensor | None = None
 
     def to(self, device) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)
         return Batch(
             move(self.input_ids), move(self.targets), move(self.key_padding_mask),
-            move(self.example_index),
+            move(self.example_index), move(self.source_ids), move(self.source_mask),
         )
+
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """Keyword arguments of ``model(input_ids, **batch.model_inputs())``."""
+        inputs = {"key_padding_mask": self.key_padding_mask}
+        if self.source_ids is not None:
+            inputs.update(source_ids=self.source_ids, source_mask=self.source_mask)
+        return inputs
 
 
 def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
