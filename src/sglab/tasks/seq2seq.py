@@ -60,12 +60,17 @@ class PairSplit:
         )
 
 
-def encode_pairs(vocab: Vocabulary, pairs: list[tuple[str, str]]) -> PairSplit:
-    """Space-tokenised (source, target) strings -> a PairSplit; the source ends in <eos>."""
+def split_words(text: str) -> list[str]:
+    return text.split()
+
+
+def encode_pairs(vocab: Vocabulary, pairs: list[tuple[str, str]],
+                 tokenize=split_words) -> PairSplit:
+    """(source, target) strings -> a PairSplit; the source ends in <eos>."""
     if not pairs:
         raise SglabError("a split has no examples")
-    sources = [vocab.encode([*s.split(), EOS]) for s, _ in pairs]
-    targets = [vocab.encode(t.split()) for _, t in pairs]
+    sources = [vocab.encode([*tokenize(s), EOS]) for s, _ in pairs]
+    targets = [vocab.encode(tokenize(t)) for _, t in pairs]
 
     def pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = torch.tensor([len(r) for r in rows])
@@ -129,7 +134,7 @@ class Seq2SeqTask(Task):
         for name, pairs in self.build_examples().items():
             # a fixed shuffle, so that evaluating the first k examples is a random sample
             order = rng.permutation(len(pairs))
-            self.splits[name] = encode_pairs(self.vocab, [pairs[i] for i in order])
+            self.splits[name] = encode_pairs(self.vocab, [pairs[i] for i in order], self.tokenize)
 
     @abstractmethod
     def build_examples(self) -> dict[str, list[tuple[str, str]]]:
@@ -138,6 +143,13 @@ class Seq2SeqTask(Task):
     @abstractmethod
     def symbols(self) -> list[str]:
         """Every source and target token."""
+
+    def tokenize(self, text: str) -> list[str]:
+        """Text -> tokens (words by default; character-level tasks override this)."""
+        return split_words(text)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return " ".join(tokens)
 
     @property
     def eval_splits(self) -> list[str]:
@@ -210,5 +222,5 @@ class Seq2SeqTask(Task):
         for i in range(len(data)):
             source = self.vocab.decode(data.source[i, : int(data.source_lengths[i]) - 1])
             target = self.vocab.decode(data.target[i, : int(data.target_lengths[i])])
-            out.append((" ".join(source), " ".join(target)))
+            out.append((self.detokenize(source), self.detokenize(target)))
         return out
