@@ -162,7 +162,7 @@ def test_greedy_decoding_stops_at_eos_and_oracle_ignores_it(scan_task):
 
 
 def test_one_pass_scorer_agrees_with_token_by_token_greedy_decoding(tmp_path):
-    config = _config("train.steps=60", "train.batch_size=32", "train.eval_interval=60",
+    config = _config("train.steps=40", "train.batch_size=32", "train.eval_interval=40",
                      "train.lr=3e-3", "train.warmup_steps=0", "train.eval_max_examples=64",
                      "task.eval_oracle_length=true", "model.pos_encoding=relative",
                      "train.threads=1")
@@ -171,11 +171,29 @@ def test_one_pass_scorer_agrees_with_token_by_token_greedy_decoding(tmp_path):
 
     _, task, model = load_trained(tmp_path / config.run_id())
     for name in ("iid_valid", "test"):
-        split = task.split(name).subset(torch.arange(48))
-        metrics = task.evaluate(model, name, batch_size=16, max_examples=48)
+        split = task.split(name).subset(torch.arange(32))
+        metrics = task.evaluate(model, name, batch_size=16, max_examples=32)
         for oracle, key in ((False, "exact_match"), (True, "oracle_exact_match")):
             greedy = greedy_exact_match(model, split, task.eos_id, oracle_length=oracle)
             assert metrics[f"{name}/{key}"] == pytest.approx(float(greedy.float().mean()))
+        # per example: greedy decoding follows the target up to the first position where
+        # the teacher-forced argmax is wrong, and emits that argmax there
+        batch = seq2seq_batch(split, task.eos_id)
+        forced = model(batch.input_ids, **batch.model_inputs()).argmax(-1)
+        steps = int(split.target_lengths.max()) + 1
+        decoded = model.generate(batch.source_ids, batch.source_mask, steps, task.eos_id)
+        first_errors = []
+        for i, out in enumerate(decoded):
+            n = int(split.target_lengths[i]) + 1
+            target = batch.targets[i, :n].tolist()
+            wrong = [t for t in range(n) if forced[i, t] != target[t]]
+            k = wrong[0] if wrong else n
+            first_errors.append(k)
+            emitted = out + [task.eos_id]
+            assert emitted[:k] == target[:k]
+            if wrong:
+                assert emitted[k] == int(forced[i, k])
+        assert len(set(first_errors)) > 1  # the model is right for a varying number of steps
 
 
 def test_training_lowers_the_loss_and_logs_every_eval_split(tmp_path):
