@@ -60,6 +60,8 @@ def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
     if getattr(config.model, "dropout", 0.0) or config.train.compile:
         return None
+    if getattr(config.model, "encoder_decoder", False):  # the stacked forward has no source
+        return None
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data
