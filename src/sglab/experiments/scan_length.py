@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
 from sglab import registry
 from sglab.analysis.model_selection import (
@@ -312,13 +312,18 @@ class ScanLength(Experiment):
             for i, (split, label) in enumerate((("iid_valid", "IID validation"),
                                                 ("test", "OOD test"))):
                 ax = axes[i][j]
+                losses = []
                 for r in (r for r in runs if r["variant"] == variant and r["cutoff"] == cutoff):
                     steps = np.asarray([x["step"] for x in r["records"]])
+                    losses += [x[f"{split}/loss"] for x in r["records"]]
                     ax.scatter([x[f"{split}/loss"] for x in r["records"]],
-                                       [x[f"{split}/exact_match"] for x in r["records"]],
-                                       c=steps, cmap="viridis", s=12)
+                               [x[f"{split}/exact_match"] for x in r["records"]],
+                               c=steps, cmap="viridis", s=12)
                 ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter(NullFormatter())
+                within_a_decade = max(losses) / min(losses) < 10
+                ax.xaxis.set_minor_formatter(FormatStrFormatter("%.2g") if within_a_decade
+                                             else NullFormatter())
+                ax.tick_params(axis="x", which="both", labelsize=7)
                 ax.set_title(f"{variant} · {label}", fontsize=8)
                 ax.set_xlabel("loss (log)")
                 ax.set_ylim(-0.02, 1.02)
