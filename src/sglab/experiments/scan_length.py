@@ -18,6 +18,14 @@ Claims:
 The report also shows loss-vs-accuracy curves per split (Sec. 4.2.2: use accuracy,
 not loss), steps to 80% of the final accuracy (Fig. C.3) and OOD accuracy by output
 length.
+
+Measured at the default preset (1 seed, 8 runs, 2 workers x 1 thread; 32 minutes wall
+on the 2-core CPU while other jobs shared it): OOD exact match at cutoff 26 was
+Transformer 0.32, Universal 0.11, Relative 0.52, Relative Universal 0.66 (claim 2
+passes); IID-loss early stopping kept checkpoints 0.11 less accurate on OOD on average
+(claim 3 passes); the relative models reached 0.98-1.00 IID accuracy but the absolute
+ones only 0.87-0.95 within 3,500 steps, so claim 1 fails at this budget (their IID
+accuracy was still rising; the thesis trains 50k steps at batch 256).
 """
 
 from __future__ import annotations
@@ -298,7 +306,8 @@ class ScanLength(Experiment):
             e = r["early"]
             rows.append([r["cutoff"], r["variant"], r["seed"], e["early_stop_step"],
                          e["stopped_at"] if e["stopped_at"] is not None else "never",
-                         e["early_stop_ood"], e["final_ood"], e["best_ood"], e["best_ood_step"],
+                         round(e["early_stop_ood"], 3), round(e["final_ood"], 3),
+                         round(e["best_ood"], 3), e["best_ood_step"],
                          _fmt(r["corr_iid"]), _fmt(r["corr_ood"])])
         table = {"title": "Simulated early stopping on IID validation loss",
                  "columns": ["cutoff", "variant", "seed", "kept checkpoint (step)", "stopped at",
@@ -333,7 +342,10 @@ class ScanLength(Experiment):
             "title": "Model selection: early stopping and loss vs accuracy",
             "text": f"Early stopping is replayed on the logged curves: training would stop "
                     f"after {params['patience']} evaluations without a new best IID "
-                    "validation loss and keep the best-loss checkpoint. Correlations are "
+                    "validation loss and keep the best-loss checkpoint (if it never stops, "
+                    "the best-loss checkpoint of the whole run). Evaluations during training "
+                    "use the first eval_max_examples of each shuffled split; the final one "
+                    "uses all examples. Correlations are "
                     "Spearman's rho between a split's loss and exact match across evaluations "
                     "(negative: loss falls as accuracy rises).",
             "tables": [table],
