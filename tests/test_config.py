@@ -16,7 +16,7 @@ def test_wrong_type_and_range_name_field_value_and_what_is_allowed():
     with pytest.raises(SglabError) as err:
         build_run_config({}, ["model.pos_encoding=nope"])
     assert "model.pos_encoding = 'nope'" in str(err.value)
-    assert "'learned', 'sinusoidal', 'none' or 'rotary'" in str(err.value)
+    assert "Input should be 'learned', 'sinusoidal', 'none', 'rotary'" in str(err.value)
     with pytest.raises(SglabError, match=r"train.lr = -1: Input should be greater than 0"):
         build_run_config({}, ["train.lr=-1"])
     with pytest.raises(SglabError, match="model.n_layers = 'abc'"):

@@ -21,17 +21,7 @@ import torch
 from torch import nn
 
 from sglab.models.hookpoint import HookPoint
-
-
-def sinusoid(positions: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal embeddings of (possibly negative) positions, shape [len(positions), dim]."""
-    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
-                    * (-math.log(10000.0) / dim))
-    angles = positions.float()[:, None] * div[None]
-    table = torch.zeros(len(positions), dim, device=positions.device)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles[:, : dim // 2])
-    return table
+from sglab.models.relative import relative_sinusoids
 
 
 class AbsRelGatedAttention(nn.Module):
@@ -60,11 +50,11 @@ class AbsRelGatedAttention(nn.Module):
         positions = torch.arange(length, device=x.device)
         project = lambda p: self.position_key(p).view(-1, self.n_heads, self.head_dim).permute(1, 2, 0)
         q_pos = q + self.position_bias
-        relative = q_pos @ project(sinusoid(offsets, width))                  # [B, H, N, 2N-1]
+        relative = q_pos @ project(relative_sinusoids(offsets, width))                  # [B, H, N, 2N-1]
         # column of offset i - j in ``relative`` is (N - 1) - (i - j)
         index = (length - 1) - (positions[:, None] - positions[None, :])
         relative = relative.gather(-1, index.expand(batch, self.n_heads, length, length))
-        absolute = q_pos @ project(sinusoid(positions, width))                # [B, H, N, N]
+        absolute = q_pos @ project(relative_sinusoids(positions, width))                # [B, H, N, N]
         r = self.relative_share(torch.sigmoid(self.switch(x)).transpose(1, 2))  # [B, H, N]
         r = r.unsqueeze(-1)
         scores = self.scale * (content + r * relative + (1 - r) * absolute)   # Eq. D.7

@@ -46,6 +46,7 @@ from sglab.models.geometric import GeometricAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
 from sglab.models.positional import AbsolutePositions, Rotary
+from sglab.models.relative import RelativeSelfAttention
 
 
 class TransformerConfig(ModelConfig):
@@ -54,7 +55,9 @@ class TransformerConfig(ModelConfig):
     n_heads: int = Field(4, ge=1)
     d_model: int = Field(128, ge=1)
     d_ff: int | None = Field(None, ge=1, description="MLP width (null = 4 * d_model).")
-    pos_encoding: Literal["learned", "sinusoidal", "none", "rotary"] = "learned"
+    pos_encoding: Literal["learned", "sinusoidal", "none", "rotary", "relative"] = Field(
+        "learned", description="relative: Transformer-XL relative attention in every layer, "
+                               "no absolute positions.")
     attention_mask: Literal["causal", "bidirectional"] = "causal"
     norm: Literal["pre", "post", "none"] = "pre"
     residual_ablation: list[int] = Field(
@@ -120,9 +123,10 @@ class TransformerConfig(ModelConfig):
             if self.attention_mask != "bidirectional":
                 raise ValueError(f"attention={self.attention} is bidirectional only; set "
                                  "attention_mask=bidirectional")
-            if self.pos_encoding == "rotary":
-                raise ValueError(f"attention={self.attention} cannot use rotary positions; set "
-                                 "pos_encoding=none")
+            if self.pos_encoding in ("rotary", "relative"):
+                raise ValueError(f"attention={self.attention} brings its own positional signal; "
+                                 f"pos_encoding={self.pos_encoding} cannot be combined with it "
+                                 "(set pos_encoding=none)")
         if self.copy_gate and (self.norm != "post" or self.ffn != "dense" or self.residual_ablation):
             raise ValueError("copy_gate is a post-LN layer with a dense FFN: set norm=post, "
                              "ffn=dense and no residual_ablation")
@@ -157,8 +161,12 @@ def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Mo
                                   config.geometric_normalize)
     if config.attention == "abs_rel_gated":
         return AbsRelGatedAttention(config.d_model, config.n_heads, config.attention_dropout)
-    return SelfAttention(config.d_model, config.n_heads, config.attention_mask == "causal",
-                         config.bias, config.dropout, rotary, config.attention_out_projection)
+    causal = config.attention_mask == "causal"
+    if config.pos_encoding == "relative":
+        return RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
+                                     config.dropout, config.attention_out_projection)
+    return SelfAttention(config.d_model, config.n_heads, causal, config.bias, config.dropout,
+                         rotary, config.attention_out_projection)
 
 
 class Block(nn.Module):

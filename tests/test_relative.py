@@ -1,0 +1,79 @@
+import math
+
+import pytest
+import torch
+
+from sglab.analysis.hooks import watching
+from sglab.models.relative import RelativeSelfAttention, relative_sinusoids
+from tests.conftest import tiny_model
+
+
+def direct_relative_attention(module: RelativeSelfAttention, x, key_padding_mask=None):
+    """Transformer-XL logits evaluated pair by pair, straight from the formula."""
+    heads, head_dim = module.n_heads, module.head_dim
+    d = heads * head_dim
+    w = module.qkv.weight
+    w_q, w_k, w_v = w[:d], w[d:2 * d], w[2 * d:]
+    batch, length, _ = x.shape
+    out = torch.zeros(batch, length, d)
+    for b in range(batch):
+        for h in range(heads):
+            rows = slice(h * head_dim, (h + 1) * head_dim)
+            u, v = module.content_bias[h], module.position_bias[h]
+            logits = torch.full((length, length), float("-inf"))
+            for i in range(length):
+                q = w_q[rows] @ x[b, i]
+                for j in range(length):
+                    if module.causal and j > i:
+                        continue
+                    if key_padding_mask is not None and not key_padding_mask[b, j]:
+                        continue
+                    k = w_k[rows] @ x[b, j]
+                    p = relative_sinusoids(torch.tensor(j - i), d)
+                    r = (module.position_key.weight @ p)[rows]
+                    logits[i, j] = ((q + u) @ k + (q + v) @ r) / math.sqrt(head_dim)
+            probs = logits.softmax(-1)
+            values = x[b] @ w_v[rows].T
+            out[b, :, rows] = probs @ values
+    return module.out(out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_relative_attention_matches_pairwise_formula(causal):
+    torch.manual_seed(0)
+    module = RelativeSelfAttention(d_model=8, n_heads=2, causal=causal)
+    with torch.no_grad():  # u and v start at zero; make them matter
+        module.content_bias.normal_()
+        module.position_bias.normal_()
+    x = torch.randn(2, 5, 8)
+    padding = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    with torch.no_grad():
+        fast = module(x, padding)
+        slow = direct_relative_attention(module, x, padding)
+    torch.testing.assert_close(fast[0], slow[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fast[1, :3], slow[1, :3], rtol=1e-4, atol=1e-5)
+
+
+def test_relative_pattern_is_shift_invariant_for_identical_tokens():
+    # With every token equal the content terms are constant, so the logits depend on
+    # j - i only: up to each row's softmax constant, row i+1 is row i shifted right.
+    torch.manual_seed(1)
+    module = RelativeSelfAttention(d_model=8, n_heads=2, causal=False)
+    x = torch.randn(1, 1, 8).expand(1, 6, 8)
+    with torch.no_grad(), watching(module, ["pattern"], {}) as seen:
+        module(x)
+    pattern = seen["pattern"][0, 0]
+    assert not torch.allclose(pattern, torch.full_like(pattern, 1 / 6)), "positions must matter"
+    logits = pattern.log()
+    for i in range(5):
+        torch.testing.assert_close(logits[i + 1, 1:] - logits[i + 1, 1],
+                                   logits[i, :-1] - logits[i, 0], rtol=1e-4, atol=1e-4)
+
+
+def test_transformer_relative_switch_trains_and_has_no_absolute_positions():
+    task, model = tiny_model("model.pos_encoding=relative", "model.attention_mask=bidirectional")
+    assert model.positions is None
+    assert all(isinstance(block.attn, RelativeSelfAttention) for block in model.blocks)
+    batch = task.train_batch(8, torch.Generator().manual_seed(0), causal=False)
+    logits = model(batch.input_ids, batch.key_padding_mask)
+    assert logits.shape[:2] == batch.input_ids.shape and torch.isfinite(logits).all()
