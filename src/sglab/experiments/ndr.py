@@ -470,3 +470,167 @@ class NDRCTL(NDRExperiment):
 
 
 registry.register_experiment(NDRCTL())
+
+
+# ----------------------------------------------------------------------------- arithmetic, ListOps
+
+
+def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int, seeds: list[int],
+                      d_model: int, n_heads: int, n_layers: int, gated_d_model: int,
+                      gated_heads: int, gated_layers: int, lstm_d_model: int, lstm_layers: int,
+                      batch: int, lr: float, gated_lr: float, eval_every: int, readout: str,
+                      gate_dropout: float, eval_steps: int | None = None,
+                      eval_max_examples: int | None = None, quiet: bool = True) -> dict[str, Any]:
+    """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes)."""
+    models = transformer_variants(
+        d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model, dropout=0.1,
+        gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=gated_layers,
+        gated_d_ff=4 * gated_d_model, gated_dropout=0.1, attention_dropout=0.1,
+        gate_dropout=gate_dropout, readout=readout)
+    variants = {key: {"model": spec} for key, spec in models.items() if key != "rel_gate"}
+    for key in ("abs_rel_gate", "ndr"):
+        variants[key]["train"] = {"steps": gated_steps, "lr": gated_lr, "weight_decay": 0.01}
+        if eval_steps:
+            variants[key]["model"]["eval_steps"] = eval_steps
+    for key, spec in lstm_variants(lstm_d_model, lstm_layers, dropout=0.1).items():
+        variants[key] = {"model": spec, "train": {"steps": lstm_steps, "lr": 1e-3,
+                                                  "weight_decay": 0.0},
+                         "extra": {"task": {"boundary_tokens": False}}}
+    return {
+        "task": task,
+        "train": train_section(steps, batch, lr, 0.0025, 1.0, eval_every, threads=1,
+                               eval_max_examples=eval_max_examples),
+        "variants": variants, "conditions": {"all": {}}, "seeds": seeds, "n_classes": 10,
+        "quiet": quiet,
+    }
+
+
+class DepthExperiment(NDRExperiment):
+    """Arithmetic and ListOps: one condition, claims on the ordering of test accuracies."""
+
+    paper_table: dict[str, tuple[float, float]]  # thesis (IID, test) per variant
+
+    def analyze(self, params, configs, summaries, runs_dir: Path, out_dir: Path):
+        results = self.collect(params, configs, summaries, runs_dir)
+        test = {k: self.mean(results, k, "all") for k in params["variants"]}
+        iid = {k: self.mean(results, k, "all", "iid") for k in params["variants"]}
+        others = {k: v for k, v in test.items() if k != "ndr"}
+        best_other = max(others, key=others.get)
+        thesis = ", ".join(f"{_label(k)} {v[1]:.2f}" for k, v in self.paper_table.items())
+        claims = [
+            claim(f"ndr-best-on-deeper-{self.name.split('-')[1]}",
+                  f"NDR generalizes to deeper {self.task_words} better than every baseline "
+                  f"(thesis test accuracy: {thesis}).",
+                  "test accuracy at the best OOD-validation checkpoint: "
+                  + ", ".join(f"{_label(k)} {v:.3f}" for k, v in test.items())
+                  + f"; pass if NDR is the highest (by ≥ 0.02 over {_label(best_other)})",
+                  test["ndr"] >= test[best_other] + 0.02),
+            claim(f"ndr-fits-iid-{self.name.split('-')[1]}",
+                  "NDR fits the training depths (thesis IID accuracy 1.00).",
+                  f"NDR IID {iid['ndr']:.3f}; pass if ≥ 0.9", iid["ndr"] >= 0.9),
+        ]
+        table = self.accuracy_table(params, results)
+        table["rows"] = [row + [f"{self.paper_table[k][0]:.2f} / {self.paper_table[k][1]:.2f}"
+                                if k in self.paper_table else "-"]
+                         for k, row in zip([*params["variants"]], table["rows"])]
+        table["columns"] = [*table["columns"], "thesis IID / test"]
+        figures = self.routing_figures(params, results, out_dir)
+        sections = [
+            {"title": "Accuracy", "tables": [table, self.group_table(params, results, "depth")],
+             "text": self.split_text(params),
+             "figures": [self.curves_figure(params, results, out_dir)]},
+            {"title": "Routing of the NDR", "figures": figures,
+             "text": "Input: " + " ".join(self.routing_input["tokens"])
+                     + f"; answer {self.routing_input['answer']}, predicted "
+                       f"{self.routing_input['predicted']}."},
+        ]
+        return {"claims": claims, "sections": sections}
+
+    def split_text(self, params) -> str:
+        task = params["task"]
+        return (f"Depths: train {task.get('train_depths', (1, 5))}, OOD valid (model selection) "
+                f"{task.get('ood_valid_depths', (6, 6))}, test {task.get('test_depths', (7, 8))}; "
+                f"at most {task.get('max_tokens', 50)} tokens.")
+
+
+class NDRArithmetic(DepthExperiment):
+    name = "ndr-arithmetic"
+    title = "Neural Data Router: simple arithmetic (nested + and * modulo 10)"
+    task_words = "arithmetic expressions"
+    description = (
+        "Thesis Sec. 5.2.2, Table 5.3. Fully bracketed + and * modulo 10; train on depths 1-5, "
+        "select on 6, test on 7-8 (paper preset). The default preset is a scaled-down proxy "
+        "for a CPU (shallower depths, shorter expressions, narrower and shallower models, a few "
+        "thousand steps); its numbers are not comparable to the thesis, only the ordering is."
+    )
+    paper_table = {"lstm": (0.99, 0.74), "bilstm": (0.98, 0.82), "transformer": (0.98, 0.47),
+                   "rel": (1.00, 0.77), "abs_rel_gate": (1.00, 0.80), "ndr": (1.00, 0.98)}
+    presets = {
+        "quick": depth_task_preset(
+            {"name": "arithmetic", "train_size": 2000, "train_depths": (1, 2),
+             "ood_valid_depths": (3, 3), "test_depths": (4, 4), "max_tokens": 20},
+            steps=30, gated_steps=30, lstm_steps=30, seeds=[0], d_model=16, n_heads=2,
+            n_layers=3, gated_d_model=16, gated_heads=2, gated_layers=4, lstm_d_model=16,
+            lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="last",
+            gate_dropout=0.1),
+        # CPU proxy: depths 1-3 / 4 / 5, at most 25 tokens, d 64, 8-step gated models
+        "default": depth_task_preset(
+            {"name": "arithmetic", "train_size": 50_000, "train_depths": (1, 3),
+             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 25},
+            steps=2000, gated_steps=2000, lstm_steps=2000, seeds=[0], d_model=64, n_heads=4,
+            n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=8, lstm_d_model=128,
+            lstm_layers=2, batch=128, lr=1e-3, gated_lr=1e-3, eval_every=250, readout="last",
+            gate_dropout=0.1, eval_max_examples=500),
+        # thesis Table D.4 (baselines 200k steps, gated models 100k)
+        "paper": depth_task_preset(
+            {"name": "arithmetic", "train_size": 100_000},
+            steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
+            d_model=128, n_heads=4, n_layers=11, gated_d_model=256, gated_heads=4,
+            gated_layers=15, lstm_d_model=200, lstm_layers=2, batch=512, lr=1.5e-4,
+            gated_lr=1.5e-4, eval_every=1000, readout="last", gate_dropout=0.1, quiet=False),
+    }
+
+
+class NDRListOps(DepthExperiment):
+    name = "ndr-listops"
+    title = "Neural Data Router: ListOps with dependency-depth control"
+    task_words = "ListOps expressions"
+    description = (
+        "Thesis Sec. 5.2.3, Table 5.4, Fig. D.10. MIN, MAX, MED and SM over digits, split by "
+        "dependency depth: train 1-5, select on 6, test 7-8 (paper preset; the gated models "
+        "train with 20 steps and test with 24). Models read the first column. The default "
+        "preset is a scaled-down CPU proxy (shallower depths, shorter expressions, narrower "
+        "models, a few thousand steps): only the ordering is compared."
+    )
+    paper_table = {"lstm": (0.99, 0.71), "bilstm": (1.00, 0.57), "transformer": (0.98, 0.74),
+                   "rel": (0.98, 0.79), "abs_rel_gate": (1.00, 0.90), "ndr": (1.00, 0.99)}
+    presets = {
+        "quick": depth_task_preset(
+            {"name": "listops", "train_size": 1000, "iid_valid_size": 100, "ood_valid_size": 100,
+             "test_size": 100, "train_depths": (1, 2), "ood_valid_depths": (3, 3),
+             "test_depths": (4, 4), "max_tokens": 24},
+            steps=30, gated_steps=30, lstm_steps=30, seeds=[0], d_model=16, n_heads=2,
+            n_layers=3, gated_d_model=16, gated_heads=2, gated_layers=4, lstm_d_model=16,
+            lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="first",
+            gate_dropout=0.05, eval_steps=6),
+        # CPU proxy: dependency depths 1-3 / 4 / 5, at most 30 tokens, d 64, 10 steps (12 at test)
+        "default": depth_task_preset(
+            {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
+             "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
+             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 30},
+            steps=2000, gated_steps=2000, lstm_steps=2000, seeds=[0], d_model=64, n_heads=4,
+            n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=10, lstm_d_model=128,
+            lstm_layers=2, batch=128, lr=1e-3, gated_lr=1e-3, eval_every=250, readout="first",
+            gate_dropout=0.05, eval_steps=12),
+        # thesis Table D.5 (gated: 20 steps, 24 at test; baselines 200k steps)
+        "paper": depth_task_preset(
+            {"name": "listops", "train_size": 1_000_000},
+            steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
+            d_model=256, n_heads=16, n_layers=6, gated_d_model=512, gated_heads=16,
+            gated_layers=20, lstm_d_model=512, lstm_layers=4, batch=512, lr=4e-4, gated_lr=2e-4,
+            eval_every=1000, readout="first", gate_dropout=0.05, eval_steps=24, quiet=False),
+    }
+
+
+registry.register_experiment(NDRArithmetic())
+registry.register_experiment(NDRListOps())
