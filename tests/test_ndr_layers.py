@@ -167,3 +167,32 @@ def test_bad_ndr_configs_are_clear_errors():
         from sglab.tasks import build_task
         build_task(build_run_config({"task": {"name": "ctl"}}, []).task).check_model(
             build_run_config({}, ["model.attention_mask=bidirectional"]).model)
+
+
+def test_abs_rel_gated_attention_switches_between_relative_and_absolute_positions():
+    from sglab.models.abs_rel import AbsRelGatedAttention
+
+    torch.manual_seed(0)
+    attention = AbsRelGatedAttention(16, 2).eval()
+    with torch.no_grad():  # position-only scores: no content term
+        attention.key.weight.zero_()
+        attention.switch.weight.zero_()
+    x = torch.randn(1, 1, 16).expand(1, 8, 16)  # identical columns: only positions differ
+    store = {}
+
+    def pattern(bias: float) -> torch.Tensor:
+        with torch.no_grad():
+            attention.switch.bias.fill_(bias)
+        handle = attention.pattern.register_forward_hook(lambda m, a, out: store.__setitem__("p", out))
+        attention(x)
+        handle.remove()
+        return store["p"][0]
+
+    relative = pattern(30.0)  # r = 1: scores depend on the offset i - j only
+    ratio = lambda p, i, j, k: p[:, i, j] / p[:, i, k]  # softmax normalizers cancel
+    assert torch.allclose(ratio(relative, 3, 2, 5), ratio(relative, 4, 3, 6), rtol=1e-4)
+    assert not torch.allclose(relative[:, 0], relative[:, 5], atol=1e-3)
+    absolute = pattern(-30.0)  # r = 0: scores depend on the source index j only
+    assert torch.allclose(absolute[:, 0], absolute[:, 5], atol=1e-5)
+    padded = capture(attention, ["pattern"], x, torch.tensor([[True] * 6 + [False] * 2]))
+    assert torch.all(padded["pattern"][..., 6:] == 0)
