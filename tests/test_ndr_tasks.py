@@ -26,12 +26,16 @@ def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
                for name in task.split_names}
     assert set(lengths["train"]) == {1, 2, 3, 4, 5}
     assert set(lengths["ood_valid"]) == {6, 7, 8} and set(lengths["test"]) == {9, 10}
-    assert lengths["train"][1] == 9 * 8  # every function on every symbol
+    train = task.split("train")
+    singles = {tuple(train.tokens[i, 1:3].tolist()) for i in range(len(train))
+               if int(train.groups["length"][i]) == 1}
+    assert len(singles) == 9 * 8  # every function on every symbol
     for name in ("ood_valid", "test"):
         counts = list(lengths[name].values())
         assert max(counts) - min(counts) <= 1
-    assert max(lengths["train"][k] for k in range(2, 6)) - min(
-        lengths["train"][k] for k in range(2, 6)) <= 1
+    assert max(lengths["train"].values()) - min(lengths["train"].values()) <= 1  # balanced 1-5
+    once = _task("ctl", train_size=3000, singles="once")
+    assert collections.Counter(once.split("train").groups["length"].tolist())[1] == 72
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
     assert len(set(_texts(task, "test"))) == len(task.split("test"))
     # relabel by hand: forward input '<B> s f1 .. fL <E>' -> fL(..f1(s))

@@ -352,7 +352,7 @@ class NDRCTL(NDRExperiment):
                             depth_ablation=[4], ndr_layers=6, plain_layers=4),
         # CPU: widths 64 / 64 instead of 128 / 256, batch 128 instead of 512, a higher
         # learning rate (1e-3) and early stopping once the OOD validation split is solved.
-        "default": ctl_preset(steps=1000, gated_steps=2000, ndr_steps=3000, lstm_steps=1500, seeds=[0],
+        "default": ctl_preset(steps=2000, gated_steps=3000, ndr_steps=6000, lstm_steps=1500, seeds=[0],
                               d_model=64, gated_d_model=64, batch=128, eval_every=250,
                               train_size=50_000, depth_ablation=[8]),
         # thesis Table D.3: 128-wide 11-layer baselines, 256-wide 14-step gated models,

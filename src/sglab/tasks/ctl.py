@@ -7,7 +7,8 @@ written the other way around); the label is the resulting symbol. Inputs are fra
 by begin/end tokens (``boundary_tokens``), where encoders read out.
 
 Splits by number of functions: ``train`` 1-5 (every single application of every
-function to every symbol, the rest roughly balanced over lengths 2-5), ``iid_valid``
+function to every symbol; samples roughly balanced over lengths 1-5, thesis App.
+D.4.1, single applications repeated to fill their share), ``iid_valid``
 (lengths 2-5, sequences held out of training), ``ood_valid`` 6-8 (model selection)
 and ``test`` 9-10, each balanced over its lengths.
 """
@@ -48,6 +49,10 @@ class CTLConfig(TaskConfig):
         0.25, gt=0, lt=1, description="At most this fraction of each length's distinct sequences "
                                       "is held out of training for iid_valid.")
     boundary_tokens: bool = Field(True, description="Frame inputs with <B> ... <E>.")
+    singles: Literal["balanced", "once"] = Field(
+        "balanced", description="balanced: single applications get the same share of the "
+                                "training set as every other length (each one at least once, "
+                                "then repeated); once: each appears exactly once.")
 
     @model_validator(mode="after")
     def _check_lengths(self):
@@ -87,12 +92,16 @@ class CTLTask(SequenceClassificationTask):
         low, high = cfg.train_lengths
         compositions = list(range(max(low, 2), high + 1))
         iid_per_length = _split_evenly(cfg.iid_valid_size, len(compositions))
-        singles = cfg.n_functions * cfg.n_symbols if low <= 1 else 0
-        train_per_length = _split_evenly(max(cfg.train_size - singles, 0), len(compositions))
+        n_singles = cfg.n_functions * cfg.n_symbols if low <= 1 else 0
+        if low <= 1 and cfg.singles == "balanced":
+            n_singles = max(n_singles, cfg.train_size // (len(compositions) + 1))
+        train_per_length = _split_evenly(max(cfg.train_size - n_singles, 0), len(compositions))
         train, iid = [], []
         if low <= 1:
             f, s = np.meshgrid(np.arange(cfg.n_functions), np.arange(cfg.n_symbols), indexing="ij")
-            train.append((f.reshape(-1, 1), s.reshape(-1)))
+            f, s = f.reshape(-1, 1), s.reshape(-1)
+            extra = rng.integers(len(s), size=n_singles - len(s))
+            train.append((np.concatenate([f, f[extra]]), np.concatenate([s, s[extra]])))
         for length, n_train, n_iid in zip(compositions, train_per_length, iid_per_length):
             population = cfg.n_functions**length * cfg.n_symbols
             n_iid = min(n_iid, int(population * cfg.iid_holdout_fraction))
