@@ -70,7 +70,7 @@ class Experiment(ABC):
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                    runs_dir: str | Path, workers: int | None = None, threads: int | None = None,
                    seeds: int | None = None, overrides: list[str] | None = None,
-                   printer=print) -> dict[str, Any]:
+                   printer=print, ensemble: bool = True) -> dict[str, Any]:
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
     started = time.perf_counter()
     params = experiment.preset(preset, seeds)
@@ -78,7 +78,7 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     summaries = run_configs(configs, runs_dir, workers=workers, threads=threads,
                             tag=f"{experiment.name}/{preset}", quiet=params.get("quiet", False),
-                            printer=printer)
+                            printer=printer, ensemble=ensemble)
     failed = [s for s in summaries if s.get("status") != "finished"]
     if failed:
         raise SglabError(f"{len(failed)} run(s) failed, e.g. {failed[0]['run_id']}: "

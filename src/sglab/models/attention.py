@@ -62,6 +62,12 @@ class PartlyFrozenLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+def _inside_vmap(tensor: torch.Tensor) -> bool:
+    """True inside ``torch.func.vmap`` (ensembles), where the fused kernel has no batching
+    rule on CPU and would be run member by member."""
+    return torch._C._functorch.is_batchedtensor(tensor)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, causal: bool, bias: bool, dropout: float,
                  rotary: nn.Module | None = None, out_projection: bool = True):
@@ -83,7 +89,7 @@ class SelfAttention(nn.Module):
         if key_padding_mask is not None and not self.causal:
             mask = key_padding_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
-        if self.pattern.is_watched:
+        if self.pattern.is_watched or _inside_vmap(q):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             if self.causal:
                 future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)

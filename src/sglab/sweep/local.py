@@ -1,78 +1,75 @@
-"""Run many configs: in this process (one worker) or a pool of worker processes.
+"""Run many configs on this machine: in this process (one worker) or a process pool.
 
 Finished runs are skipped and unfinished ones resume from their checkpoints, so a
-killed sweep is continued by running it again. Each worker uses ``threads``
-intra-op threads; on small CPU models several single-threaded workers beat one
-multi-threaded process, and OpenMP spin-waiting is turned off
-(``OMP_WAIT_POLICY=PASSIVE``) so busy neighbours do not stall each other.
+killed sweep is continued by running it again. Compatible runs train together as
+ensembles (see :mod:`sglab.sweep.jobs`) unless ``ensemble=False``.
+
+Placement: small CPU models use one core badly with several threads, and two-thread
+OpenMP stalls when a neighbour process is busy, so the default is one single-threaded
+worker per available core (fewer when there are fewer jobs, each then getting the
+spare cores as threads). OpenMP spin-waiting is turned off (``OMP_WAIT_POLICY=PASSIVE``)
+so busy neighbours do not stall each other. ``workers`` / ``threads`` override it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from sglab.config import RunConfig
 from sglab.store import RunStore
-from sglab.train.loop import Trainer
+from sglab.sweep.jobs import available_cores, describe_jobs, plan_jobs, run_job, summary_line
 
 
-def default_workers() -> int:
-    return max(os.cpu_count() or 1, 1)
-
-
-def plan_threads(workers: int, threads: int | None) -> int:
-    """Intra-op threads per worker: the cores divided among the workers unless given."""
-    if threads:
-        return threads
-    return max((os.cpu_count() or 1) // max(workers, 1), 1)
-
-
-def _run_one(config_data: dict, runs_dir: str, threads: int, tag: str | None,
-             quiet: bool) -> dict:
-    import torch
-
-    from sglab.config import RunConfig, validate
-
-    torch.set_num_threads(threads)
-    config = validate(RunConfig, config_data)
-    printer = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
-    trainer = Trainer(config, runs_dir, store=RunStore(runs_dir), printer=printer, tag=tag)
-    try:
-        return trainer.run(resume=True)
-    except Exception as exc:  # record and go on with the other runs
-        summary = {"run_id": trainer.run_id, "status": "failed",
-                   "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        trainer.run_dir.mkdir(parents=True, exist_ok=True)
-        trainer._write_summary(summary)
-        return summary
+def plan_placement(n_jobs: int, workers: int | None = None,
+                   threads: int | None = None) -> tuple[int, int, str]:
+    """(workers, threads per worker, why) for ``n_jobs`` jobs on this machine."""
+    cores = available_cores()
+    if workers is None:
+        workers = max(min(cores, n_jobs), 1)
+        why = f"{cores} core(s): one worker per core"
+    else:
+        why = "workers given"
+    if threads is None:
+        threads = max(cores // workers, 1)
+    else:
+        why += ", threads given"
+    return workers, threads, why
 
 
 def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | None = None,
                 threads: int | None = None, tag: str | None = None, quiet: bool = False,
-                printer=print) -> list[dict]:
+                printer=print, ensemble: bool = True) -> list[dict]:
     """Train every config (skipping finished ones); returns summaries in input order."""
     runs_dir = str(runs_dir)
-    workers = min(workers or default_workers(), max(len(configs), 1))
-    threads = plan_threads(workers, threads)
-    printer(f"sweep: {len(configs)} runs, {workers} worker(s) x {threads} thread(s)")
+    cores = available_cores()
+    jobs = plan_jobs(configs, runs_dir, ensemble=ensemble, min_jobs=workers or cores)
+    workers, threads, why = plan_placement(len(jobs), workers, threads)
+    printer(f"sweep: {len(configs)} runs as {describe_jobs(jobs)}; "
+            f"{workers} worker(s) x {threads} thread(s) ({why})")
     RunStore(runs_dir).ensure()
-    if workers == 1:
-        return [_run_one(c.to_dict(), runs_dir, threads, tag, quiet) for c in configs]
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     results: list[dict | None] = [None] * len(configs)
+    payloads = [[configs[i].to_dict() for i in job] for job in jobs]
+    done = 0
+
+    def collect(job, summaries):
+        nonlocal done
+        for index, summary in zip(job, summaries):
+            results[index] = summary
+            done += 1
+            printer(f"sweep: {done}/{len(configs)} done: {summary_line(summary)}")
+
+    if workers == 1:
+        for job, payload in zip(jobs, payloads):
+            collect(job, run_job(payload, runs_dir, threads, tag, quiet))
+        return results  # type: ignore[return-value]
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(_run_one, c.to_dict(), runs_dir, threads, tag, quiet): i
-                   for i, c in enumerate(configs)}
-        for done, future in enumerate(as_completed(futures), 1):
-            index = futures[future]
-            results[index] = summary = future.result()
-            status = summary.get("status")
-            metric = (summary.get("final") or {}).get("test/exact_match")
-            shown = f" test/exact_match {metric:.4f}" if metric is not None else ""
-            printer(f"sweep: {done}/{len(configs)} done: {summary['run_id']} {status}{shown}")
+        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet): job
+                   for job, payload in zip(jobs, payloads)}
+        for future in as_completed(futures):
+            collect(futures[future], future.result())
     return results  # type: ignore[return-value]

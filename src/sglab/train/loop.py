@@ -161,41 +161,18 @@ class Trainer:
         generator = torch.Generator().manual_seed(self.config.seed)
         causal = model_is_causal(model)
 
-        step, elapsed, best, target = 0, 0.0, None, None
-        metric_lines = 0
-        if self.checkpoint_path.exists():
-            state = load_checkpoint(self.checkpoint_path, self.config.config_hash(),
-                                    required=("step", "model", "optimizer", "torch_rng",
-                                              "data_rng", "elapsed"))
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["torch_rng"])
-            generator.set_state(state["data_rng"])
-            if device.type == "cuda" and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(state["cuda_rng"])
+        step, elapsed, best, target, metric_lines = 0, 0.0, None, None, 0
+        state = self.restore(model, optimizer, generator, device)
+        if state is not None:
             step, elapsed = state["step"], state["elapsed"]
             best, target = state.get("best"), state.get("target")
             metric_lines = state.get("metric_lines", 0)
-            self.print(f"[{self.run_id}] resuming from step {step}")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.config))
-        metrics_path = self.run_dir / "metrics.jsonl"
-        self._truncate_metrics(metrics_path, metric_lines)
+        base = self.start(model, device, step, metric_lines)
+        metrics_path = self.metrics_path
 
         compiled = torch.compile(model) if cfg.compile else model
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                     if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
-        n_params = sum(p.numel() for p in model.parameters())
-        base = {
-            "run_id": self.run_id, "task": self.config.task.name, "model": self.config.model.name,
-            "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
-            "device": str(device), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
-        }
-        self._write_summary({**base, "status": "running", "step": step})
-        self.print(f"[{self.run_id}] {n_params:,} parameters on {device} "
-                   f"({torch.get_num_threads()} threads), {cfg.steps} steps")
-
         started = launched - elapsed  # time-to-target counts from launch, across resumes
         window_loss = torch.zeros((), device=device)
         window_steps, window_tokens, window_start, paused = 0, 0, time.perf_counter(), 0.0
@@ -239,25 +216,13 @@ class Trainer:
 
                 pause_start = time.perf_counter()
                 if step % cfg.eval_interval == 0 or step == cfg.steps:
-                    record = {"step": step, "lr": lr,
-                              "seconds": round(time.perf_counter() - started, 3)}
-                    model.eval()
-                    last = step == cfg.steps
-                    record.update(self._evaluate(task, model, device,
-                                                 None if last else cfg.eval_max_examples))
-                    if not last and cfg.eval_max_examples and self._should_stop(record):
-                        record.update(self._evaluate(task, model, device, None))  # final: all
-                    record.update(weight_norms(model, norm_names))
-                    metrics_file.write(json.dumps(record) + "\n")
-                    metrics_file.flush()
+                    best, target, stop = self.evaluation(
+                        task, model, device, step, lr, time.perf_counter() - started,
+                        step == cfg.steps, norm_names, metrics_file, best, target)
                     metric_lines += 1
-                    best, target, stop = self._after_eval(record, best, target, model)
-                    shown = {k: v for k, v in record.items() if k.count("/") == 1}
-                    self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
-                        f"{k} {v:.4f}" for k, v in shown.items()))
 
                 if step % cfg.checkpoint_interval == 0 or step == cfg.steps or stop:
-                    self._save(model, optimizer, generator, device, step,
+                    self.save(model, optimizer, generator, device, step,
                                time.perf_counter() - started, best, target, metric_lines)
                 # evaluation and checkpoint time do not count as training throughput
                 if window_steps:
@@ -265,20 +230,93 @@ class Trainer:
                 else:
                     window_start = time.perf_counter()
 
+        return self.finish(
+            base, step, stop, time.perf_counter() - started,
+            train_tokens / train_seconds if train_seconds else None,
+            train_steps / train_seconds if train_seconds else None, best, target,
+        )
+
+    # ------------------------------------------------------------------ pieces
+    # (also used by the EnsembleTrainer, which keeps each member's files the same way)
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    def checkpoint_step(self) -> int:
+        """The step of the last checkpoint (0 when there is none)."""
+        if not self.checkpoint_path.exists():
+            return 0
+        return int(load_checkpoint(self.checkpoint_path, self.config.config_hash())["step"])
+
+    def restore(self, model, optimizer, generator, device) -> dict | None:
+        """Load the last checkpoint into model, optimizer and RNGs; None if there is none."""
+        if not self.checkpoint_path.exists():
+            return None
+        state = load_checkpoint(self.checkpoint_path, self.config.config_hash(),
+                                required=("step", "model", "optimizer", "torch_rng",
+                                          "data_rng", "elapsed"))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        generator.set_state(state["data_rng"])
+        if device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"])
+        self.print(f"[{self.run_id}] resuming from step {state['step']}")
+        return state
+
+    def start(self, model, device, step: int, metric_lines: int) -> dict:
+        """Prepare the run directory and mark the run as running; returns the summary base."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.config))
+        self._truncate_metrics(self.metrics_path, metric_lines)
+        cfg = self.config.train
+        n_params = sum(p.numel() for p in model.parameters())
+        base = {
+            "run_id": self.run_id, "task": self.config.task.name, "model": self.config.model.name,
+            "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
+            "device": str(device), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+        }
+        self._write_summary({**base, "status": "running", "step": step})
+        self.print(f"[{self.run_id}] {n_params:,} parameters on {device} "
+                   f"({torch.get_num_threads()} threads), {cfg.steps} steps")
+        return base
+
+    def finish(self, base: dict, step: int, stopped_early: bool, seconds: float,
+               tokens_per_second: float | None, steps_per_second: float | None,
+               best: dict | None, target: dict | None, **extra) -> dict:
+        """Write the final summary (with the last and best evaluation) and return it."""
         records = read_metrics(self.run_dir)
-        final = records[-1] if records else None
         summary = {
-            **base, "status": "finished", "step": step, "stopped_early": stop,
-            "seconds": round(time.perf_counter() - started, 3),
-            "train_tokens_per_second": round(train_tokens / train_seconds, 1) if train_seconds else None,
-            "train_steps_per_second": round(train_steps / train_seconds, 3) if train_seconds else None,
-            "final": final, "best": best, "target": target,
+            **base, **extra, "status": "finished", "step": step, "stopped_early": stopped_early,
+            "seconds": round(seconds, 3),
+            "train_tokens_per_second": None if tokens_per_second is None else round(tokens_per_second, 1),
+            "train_steps_per_second": None if steps_per_second is None else round(steps_per_second, 3),
+            "final": records[-1] if records else None, "best": best, "target": target,
         }
         self._write_summary(summary)
         return summary
 
-    # ------------------------------------------------------------------ helpers
-    def _after_eval(self, record, best, target, model):
+    def evaluation(self, task, model, device, step: int, lr: float, seconds: float, last: bool,
+                   norm_names: list[str], metrics_file, best, target):
+        """Evaluate (a subset, or everything at the last step or when stopping), append one
+        line to metrics.jsonl, print it, track best/target. Returns (best, target, stop)."""
+        cfg = self.config.train
+        record = {"step": step, "lr": lr, "seconds": round(seconds, 3)}
+        model.eval()
+        record.update(self.evaluate(task, model, device, None if last else cfg.eval_max_examples))
+        if not last and cfg.eval_max_examples and self.should_stop(record):
+            record.update(self.evaluate(task, model, device, None))  # final: all examples
+        record.update(weight_norms(model, norm_names))
+        metrics_file.write(json.dumps(record) + "\n")
+        metrics_file.flush()
+        best, target, stop = self.after_eval(record, best, target, model)
+        shown = {k: v for k, v in record.items() if k.count("/") == 1}
+        self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in shown.items()))
+        return best, target, stop
+
+    def after_eval(self, record, best, target, model):
         """Track the best checkpoint and the first crossing of the target; decide stopping."""
         cfg = self.config.train
         metric = cfg.target_metric
@@ -290,14 +328,14 @@ class Trainer:
         if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
             target = {"metric": metric, "threshold": cfg.target_threshold,
                       "step": record["step"], "seconds": record["seconds"]}
-        return best, target, self._should_stop(record)
+        return best, target, self.should_stop(record)
 
-    def _should_stop(self, record: dict) -> bool:
+    def should_stop(self, record: dict) -> bool:
         cfg = self.config.train
         return bool(cfg.early_stop_metric and cfg.early_stop_threshold is not None
                     and record.get(cfg.early_stop_metric, -math.inf) >= cfg.early_stop_threshold)
 
-    def _evaluate(self, task, model, device, max_examples: int | None) -> dict:
+    def evaluate(self, task, model, device, max_examples: int | None) -> dict:
         """Every eval split of the task; ``max_examples=None`` scores all examples."""
         record = {}
         for split in task.eval_splits:
@@ -305,7 +343,7 @@ class Trainer:
                                         max_examples, device))
         return record
 
-    def _save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
+    def save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
         save_checkpoint(self.checkpoint_path, {
             "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(),

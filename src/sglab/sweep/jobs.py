@@ -1,0 +1,120 @@
+"""Sweep jobs: which runs train together, and the function that trains one job.
+
+A job is one run, or several runs trained as one ensemble (same shapes, differing only
+in seed and scalar hyperparameters; see :mod:`sglab.train.ensemble`). Every backend
+(local process pool, Ray) executes the same :func:`run_job`, so a job behaves the same
+wherever it runs: finished runs are skipped, unfinished ones resume from their
+checkpoints, and a failure is recorded in the run's summary instead of stopping the
+other runs.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+from sglab.config import RunConfig
+
+MAX_ENSEMBLE_MEMBERS = 8
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (respects CPU affinity, e.g. in containers)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not on Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def _is_finished(config: RunConfig, runs_dir: Path) -> bool:
+    import json
+
+    path = runs_dir / config.run_id() / "summary.json"
+    try:
+        return json.loads(path.read_text()).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
+
+
+def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = True,
+              min_jobs: int = 1, max_members: int = MAX_ENSEMBLE_MEMBERS) -> list[list[int]]:
+    """Group config indices into jobs.
+
+    Unfinished runs with equal :func:`ensemble_key` form ensembles of at most
+    ``max_members``; the largest ensembles are split until there are at least
+    ``min_jobs`` jobs (so that every worker has work). Finished runs become jobs of
+    their own (they are only re-recorded, which is instant).
+    """
+    from sglab.train.ensemble import ensemble_key
+
+    runs_dir = Path(runs_dir)
+    groups: dict[str, list[int]] = {}
+    jobs: list[list[int]] = []
+    for i, config in enumerate(configs):
+        key = ensemble_key(config) if ensemble else None
+        if key is None or _is_finished(config, runs_dir):
+            jobs.append([i])
+        else:
+            groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        n_chunks = -(-len(members) // max_members)
+        jobs.extend(members[c::n_chunks] for c in range(n_chunks))
+    while len(jobs) < min_jobs:
+        largest = max(jobs, key=len)
+        if len(largest) < 2:
+            break
+        jobs.remove(largest)
+        jobs.extend([largest[: len(largest) // 2], largest[len(largest) // 2:]])
+    return sorted(jobs, key=lambda job: job[0])
+
+
+def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: str | None,
+            quiet: bool) -> list[dict]:
+    """Train one job (a run or an ensemble) in this process; returns one summary per run."""
+    import torch
+
+    from sglab.config import validate
+    from sglab.store import RunStore
+    from sglab.train.ensemble import EnsembleTrainer
+    from sglab.train.loop import Trainer
+
+    if threads:
+        torch.set_num_threads(threads)
+    configs = [validate(RunConfig, data) for data in config_data]
+    printer = None if quiet else (lambda line: print(line, flush=True))
+    store = RunStore(runs_dir)
+    trainers = [Trainer(c, runs_dir, store=store, printer=printer, tag=tag) for c in configs]
+    try:
+        if len(configs) == 1:
+            return [trainers[0].run(resume=True)]
+        return EnsembleTrainer(configs, runs_dir, store=store, printer=printer, tag=tag).run()
+    except Exception as exc:  # record and go on with the other jobs
+        summaries = []
+        for trainer in trainers:
+            previous = trainer.read_summary() or {}
+            if previous.get("status") == "finished":
+                summaries.append(previous)
+                continue
+            summary = {"run_id": trainer.run_id, "status": "failed",
+                       "error": f"{type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc()}
+            trainer.run_dir.mkdir(parents=True, exist_ok=True)
+            trainer._write_summary(summary)
+            summaries.append(summary)
+        return summaries
+
+
+def describe_jobs(jobs: list[list[int]]) -> str:
+    ensembles = [job for job in jobs if len(job) > 1]
+    if not ensembles:
+        return f"{len(jobs)} job(s), no ensembles"
+    sizes = sorted({len(job) for job in ensembles})
+    return (f"{len(jobs)} job(s): {len(ensembles)} ensemble(s) of "
+            f"{'/'.join(map(str, sizes))} runs, {len(jobs) - len(ensembles)} single run(s)")
+
+
+def summary_line(summary: dict) -> str:
+    metric = (summary.get("final") or {}).get("test/exact_match")
+    shown = f" test/exact_match {metric:.4f}" if metric is not None else ""
+    return f"{summary.get('run_id')} {summary.get('status')}{shown}"

@@ -1,0 +1,81 @@
+"""Run a sweep's jobs as Ray tasks (``sglab sweep --backend ray [--address ADDR]``).
+
+The same job plan and the same job function as the local backend
+(:mod:`sglab.sweep.jobs`): each job (a run or an ensemble) is one Ray task asking for
+its threads as CPUs (and a GPU when the runs train on CUDA). Results go to the run
+store at ``runs_dir``, which must be a path every Ray node can write (a shared file
+system on a cluster). A task whose worker dies is retried by Ray, and the retry
+resumes from the runs' last checkpoints. Ray is an optional extra:
+``pip install 'sglab[ray]'``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from sglab.config import RunConfig
+from sglab.errors import SglabError
+from sglab.store import RunStore
+from sglab.sweep.jobs import describe_jobs, plan_jobs, run_job, summary_line
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise SglabError("the Ray backend needs Ray: pip install 'sglab[ray]' "
+                         "(or pip install ray), then rerun with --backend ray") from None
+    return ray
+
+
+def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str | None = None,
+                    threads: int | None = None, tag: str | None = None, quiet: bool = True,
+                    printer=print, ensemble: bool = True, max_retries: int = 3,
+                    poll_seconds: float = 10.0) -> list[dict]:
+    """Train every config on a Ray cluster (or a local Ray instance when address is None)."""
+    ray = import_ray()
+    runs_dir = str(Path(runs_dir).resolve())
+    RunStore(runs_dir).ensure()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
+                 configure_logging=False)
+    try:
+        cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
+        threads = threads or 1
+        jobs = plan_jobs(configs, runs_dir, ensemble=ensemble,
+                         min_jobs=max(cluster_cpus // threads, 1))
+        printer(f"sweep (ray): {len(configs)} runs as {describe_jobs(jobs)}; "
+                f"{cluster_cpus} CPU(s) in the cluster, {threads} per job")
+        remote = ray.remote(run_job)
+        pending = {}
+        for job in jobs:
+            gpus = 1 if any(configs[i].train.device == "cuda" for i in job) else 0
+            options = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries,
+                                     retry_exceptions=False)
+            ref = options.remote([configs[i].to_dict() for i in job], runs_dir, threads, tag, quiet)
+            pending[ref] = job
+        results: list[dict | None] = [None] * len(configs)
+        done, last_report = 0, time.monotonic()
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=poll_seconds)
+            for ref in ready:
+                job = pending.pop(ref)
+                try:
+                    summaries = ray.get(ref)
+                except Exception as exc:  # retries exhausted (e.g. a node died repeatedly)
+                    summaries = [{"run_id": configs[i].run_id(), "status": "failed",
+                                  "error": f"{type(exc).__name__}: {exc}"} for i in job]
+                for index, summary in zip(job, summaries):
+                    results[index] = summary
+                    done += 1
+                    printer(f"sweep (ray): {done}/{len(configs)} done: {summary_line(summary)}")
+            if not ready or time.monotonic() - last_report > 60:
+                printer(f"sweep (ray): {done}/{len(configs)} runs done, {len(pending)} job(s) "
+                        "running or queued")
+                last_report = time.monotonic()
+        return results  # type: ignore[return-value]
+    finally:
+        if started_here:
+            ray.shutdown()

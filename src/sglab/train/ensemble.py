@@ -1,0 +1,404 @@
+"""Train several runs as one batched computation (an ensemble).
+
+Runs that differ only in seed and a few scalar hyperparameters (learning rate,
+weight decay, init gamma, data seed, number of steps) have parameters of the same
+shapes. Their parameters are stacked along a leading member dimension and one
+forward/backward pass over all members is made with ``torch.func.vmap`` over the
+unchanged model code (``functional_call``). Each member still gets exactly the
+updates it would get alone:
+
+- its own data order (one data generator per member, seeded as in :class:`Trainer`);
+- its own loss (the members' mean losses are summed, so the gradient of member k's
+  parameters is the gradient of member k's loss);
+- its own gradient clipping (the global norm is taken per member);
+- its own optimizer step: AdamW / SGD written out elementwise with per-member
+  learning rate and weight decay (the same arithmetic as ``torch.optim``);
+- its own evaluation, model selection, early stop, checkpoints and run directory,
+  through the same :class:`Trainer` bookkeeping. A member's checkpoint is an ordinary
+  single-run checkpoint, so any member can later be resumed on its own.
+
+A member that finishes (its last step, or early stop) leaves the ensemble and the
+others go on. Dropout is not supported in ensembles (its random masks would differ
+from a lone run's); such runs are trained one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from torch.func import functional_call, vmap
+
+from sglab.config import RunConfig
+from sglab.models import build_model
+from sglab.tasks import build_task
+from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
+from sglab.train.loop import (
+    Trainer,
+    format_seconds,
+    learning_rate,
+    make_optimizer,
+    resolve_device,
+    select_weights,
+)
+
+# Config fields that may differ between the members of one ensemble.
+MEMBER_FIELDS = (
+    ("seed",), ("task", "data_seed"), ("train", "lr"), ("train", "min_lr"),
+    ("train", "weight_decay"), ("train", "steps"), ("train", "warmup_steps"),
+    ("model", "init_gamma"),
+    ("train", "early_stop_threshold"), ("train", "target_threshold"),
+)
+
+
+def ensemble_key(config: RunConfig) -> str | None:
+    """Runs with equal keys can train together; None = this run cannot join an ensemble."""
+    if getattr(config.model, "dropout", 0.0) or config.train.compile:
+        return None
+    data = config.to_dict()
+    for path in MEMBER_FIELDS:
+        section = data
+        for key in path[:-1]:
+            section = section.get(key, {})
+        section.pop(path[-1], None)
+    return json.dumps(data, sort_keys=True)
+
+
+def _pad_and_stack(batches: list[Batch]) -> Batch:
+    """Stack member batches [K, rows, width]; shorter ones are padded with pad tokens,
+    IGNORE targets and (for bidirectional models) masked keys, which changes no loss."""
+    rows = max(b.input_ids.shape[0] for b in batches)
+    width = max(b.input_ids.shape[1] for b in batches)
+    has_mask = any(b.key_padding_mask is not None for b in batches)
+    ids, targets, masks = [], [], []
+    for b in batches:
+        r, w = b.input_ids.shape
+        ids.append(torch.nn.functional.pad(b.input_ids, (0, width - w, 0, rows - r)))
+        targets.append(torch.nn.functional.pad(b.targets, (0, width - w, 0, rows - r), value=IGNORE))
+        if has_mask:
+            mask = (b.key_padding_mask if b.key_padding_mask is not None
+                    else torch.ones(r, w, dtype=torch.bool))
+            mask = torch.nn.functional.pad(mask, (0, width - w, 0, rows - r), value=False)
+            mask[r:, 0] = True  # filler rows see one key, so their (ignored) outputs stay finite
+            masks.append(mask)
+    return Batch(torch.stack(ids), torch.stack(targets), torch.stack(masks) if has_mask else None)
+
+
+class _Member:
+    """One run inside an ensemble: its Trainer (files), task, model copy, data order."""
+
+    def __init__(self, trainer: Trainer, task, model, generator, optimizer):
+        self.trainer, self.task, self.model = trainer, task, model
+        self.generator, self.optimizer = generator, optimizer
+        self.cfg = trainer.config.train
+        self.step, self.elapsed, self.best, self.target, self.metric_lines = 0, 0.0, None, None, 0
+        self.launched = time.perf_counter()
+        self.norm_names: list[str] = []
+        self.base: dict = {}
+        self.metrics_file = None
+        self.train_tokens = 0
+
+    def seconds(self) -> float:
+        """Seconds since launch, across resumes (time-to-target counts from launch)."""
+        return time.perf_counter() - self.launched + self.elapsed
+
+
+class EnsembleTrainer:
+    """Trains compatible RunConfigs (same :func:`ensemble_key`) together."""
+
+    def __init__(self, configs: list[RunConfig], runs_dir: str | Path, store=None,
+                 printer: Callable[[str], None] | None = print, tag: str | None = None):
+        keys = {ensemble_key(c) for c in configs}
+        if None in keys or len(keys) != 1:
+            raise ValueError("ensemble members must share everything but the member fields "
+                             f"{['.'.join(p) for p in MEMBER_FIELDS]} and use no dropout")
+        self.configs = configs
+        self.runs_dir = Path(runs_dir)
+        self.store = store
+        self.print = printer or (lambda line: None)
+        self.tag = tag
+
+    def run(self) -> list[dict]:
+        """Train every member to its end; returns the summaries in input order."""
+        trainers = [Trainer(c, self.runs_dir, store=self.store, printer=self.print, tag=self.tag)
+                    for c in self.configs]
+        summaries: dict[int, dict] = {}
+        pending = []
+        for i, trainer in enumerate(trainers):
+            summary = trainer.read_summary()
+            if summary and summary.get("status") == "finished":
+                summaries[i] = trainer.run()  # records it in the store and says it is skipped
+            else:
+                pending.append(i)
+        # members resumed from different checkpoints train as separate ensembles
+        by_step: dict[int, list[int]] = {}
+        for i in pending:
+            by_step.setdefault(trainers[i].checkpoint_step(), []).append(i)
+        for indices in by_step.values():
+            if len(indices) == 1:
+                summaries[indices[0]] = trainers[indices[0]].run()
+            else:
+                for i, summary in zip(indices, self._train([trainers[i] for i in indices])):
+                    summaries[i] = summary
+        return [summaries[i] for i in range(len(trainers))]
+
+    # ------------------------------------------------------------------ setup
+    def _build_member(self, trainer: Trainer, device, tasks: dict) -> _Member:
+        config = trainer.config
+        task_key = json.dumps(config.task.model_dump(mode="json"), sort_keys=True)
+        if task_key not in tasks:
+            tasks[task_key] = build_task(config.task)
+            tasks[task_key].check_model(config.model)
+        task = tasks[task_key]
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, len(task.vocab), task.max_length).to(device)
+        optimizer = make_optimizer(model, config.train, device)
+        generator = torch.Generator().manual_seed(config.seed)
+        member = _Member(trainer, task, model, generator, optimizer)
+        member.model_device = device
+        member.norm_names = select_weights(model, config.train.weight_norms)
+        state = trainer.restore(model, optimizer, generator, device)
+        if state is not None:
+            member.step, member.elapsed = state["step"], state["elapsed"]
+            member.best, member.target = state.get("best"), state.get("target")
+            member.metric_lines = state.get("metric_lines", 0)
+        member.launched = time.perf_counter()
+        member.base = trainer.start(model, device, member.step, member.metric_lines)
+        return member
+
+    # ------------------------------------------------------------------ training
+    def _train(self, trainers: list[Trainer]) -> list[dict]:
+        cfg0 = trainers[0].config.train
+        device = resolve_device(cfg0.device)
+        if cfg0.threads and device.type == "cpu":
+            torch.set_num_threads(cfg0.threads)
+        tasks: dict = {}
+        members = [self._build_member(t, device, tasks) for t in trainers]
+        template = members[0].model
+        causal = model_is_causal(template)
+        trainable = [n for n, p in template.named_parameters() if p.requires_grad]
+        frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
+        buffer_names = [n for n, _ in template.named_buffers()]
+        stack = _Stack(members, trainable, frozen, buffer_names, cfg0)
+        self.print(f"[ensemble] {len(members)} runs trained together "
+                   f"({', '.join(m.trainer.run_id for m in members)})")
+
+        def member_forward(params, constants, input_ids, key_padding_mask):
+            return functional_call(template, (params, constants), (input_ids,),
+                                   {"key_padding_mask": key_padding_mask})
+
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                    if cfg0.precision == "bf16" and device.type == "cuda" else nullcontext())
+        finished: dict[str, dict] = {}
+        size = len(members)
+        train_seconds, train_steps = 0.0, 0
+        window_start, window_steps, window_loss = time.perf_counter(), 0, 0.0
+        paused = 0.0
+        for m in members:
+            m.metrics_file = m.trainer.metrics_path.open("a")
+        try:
+            while members:
+                step = members[0].step
+                lrs = [learning_rate(step, m.cfg) for m in members]
+                batches = [m.task.train_batch(m.cfg.batch_size, m.generator, causal) for m in members]
+                batch = _pad_and_stack(batches).to(device)
+                in_dims = (0, 0, 0, 0 if batch.key_padding_mask is not None else None)
+                with autocast:
+                    logits = vmap(member_forward, in_dims=in_dims)(
+                        stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
+                losses = torch.stack([target_loss(logits[k], batch.targets[k], m.cfg.loss)
+                                      for k, m in enumerate(members)])
+                stack.zero_grad()
+                losses.sum().backward()
+                stack.clip_gradients([m.cfg.grad_clip for m in members])
+                stack.optimizer_step(lrs, [m.cfg.weight_decay for m in members])
+                for m in members:
+                    m.step += 1
+                window_steps += 1
+                window_loss += float(losses.detach().mean())
+
+                for k, m in enumerate(members):
+                    m.train_tokens += batches[k].input_ids.numel()
+                if (step + 1) % cfg0.log_interval == 0 or any(m.step >= m.cfg.steps for m in members):
+                    seconds = max(time.perf_counter() - window_start - paused, 1e-9)
+                    train_seconds += seconds
+                    train_steps += window_steps
+                    longest = max(m.cfg.steps for m in members)
+                    eta = (longest - step - 1) * seconds / window_steps
+                    self.print(f"[ensemble x{len(members)}] step {step + 1}/{longest} "
+                               f"mean loss {window_loss / window_steps:.4f} | "
+                               f"{window_steps / seconds:.1f} steps/s, "
+                               f"{len(members) * window_steps / seconds:.1f} member-steps/s | "
+                               f"ETA {format_seconds(eta)}")
+                    window_start, window_steps, window_loss, paused = time.perf_counter(), 0, 0.0, 0.0
+
+                pause_start = time.perf_counter()
+                leaving = []
+                for k, m in enumerate(members):
+                    last = m.step >= m.cfg.steps
+                    stop = False
+                    evaluate = m.step % m.cfg.eval_interval == 0 or last
+                    checkpoint = m.step % m.cfg.checkpoint_interval == 0 or last
+                    if evaluate or checkpoint:
+                        stack.write_member(k, m)
+                    if evaluate:
+                        m.best, m.target, stop = m.trainer.evaluation(
+                            m.task, m.model, device, m.step, lrs[k], m.seconds(), last,
+                            m.norm_names, m.metrics_file, m.best, m.target)
+                        m.metric_lines += 1
+                    if checkpoint or stop:
+                        m.trainer.save(m.model, m.optimizer, m.generator, device, m.step,
+                                       m.seconds(), m.best, m.target, m.metric_lines)
+                    if last or stop:
+                        leaving.append(k)
+                        m.metrics_file.close()
+                        finished[m.trainer.run_id] = m.trainer.finish(
+                            m.base, m.step, stop, m.seconds(),
+                            tokens_per_second=m.train_tokens / train_seconds if train_seconds else None,
+                            steps_per_second=train_steps / train_seconds if train_seconds else None,
+                            best=m.best, target=m.target, ensemble_size=size)
+                if leaving:
+                    members = [m for k, m in enumerate(members) if k not in leaving]
+                    stack.remove(leaving)
+                paused += time.perf_counter() - pause_start
+        finally:
+            for m in members:
+                m.metrics_file.close()
+        return [finished[t.run_id] for t in trainers]
+
+class _Stack:
+    """Stacked parameters and optimizer state of the active members."""
+
+    def __init__(self, members: list[_Member], trainable, frozen, buffer_names, cfg):
+        self.trainable, self.frozen, self.buffer_names = trainable, frozen, buffer_names
+        self.optimizer_kind, self.betas, self.momentum = cfg.optimizer, cfg.betas, cfg.momentum
+        self.eps = 1e-8
+        per_member = [dict(m.model.named_parameters()) for m in members]
+        per_member_buffers = [dict(m.model.named_buffers()) for m in members]
+        self.params = {n: torch.stack([p[n].detach() for p in per_member]).requires_grad_()
+                       for n in trainable}
+        self.constants = {n: torch.stack([p[n].detach() for p in per_member]) for n in frozen}
+        self.constants.update({n: torch.stack([b[n] for b in per_member_buffers])
+                               for n in buffer_names})
+        # optimizer state, taken from each member's torch optimizer (empty on a fresh start)
+        device = members[0].model_device
+        self.step_count = torch.tensor([_state_step(m, per_member[k], trainable)
+                                        for k, m in enumerate(members)], dtype=torch.float32,
+                                       device=device)
+        self.state: dict[str, dict[str, torch.Tensor]] = {}
+        for n in trainable:
+            entries = [m.optimizer.state.get(per_member[k][n], {}) for k, m in enumerate(members)]
+            if self.optimizer_kind == "adamw":
+                self.state[n] = {
+                    key: torch.stack([e[key] if key in e else torch.zeros_like(self.params[n][0])
+                                      for e in entries])
+                    for key in ("exp_avg", "exp_avg_sq")
+                }
+            elif self.momentum:
+                buffers = [e.get("momentum_buffer") for e in entries]
+                self.state[n] = {"momentum_buffer": torch.stack(
+                    [b if b is not None else torch.zeros_like(self.params[n][0]) for b in buffers])}
+            else:
+                self.state[n] = {}
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def clip_gradients(self, max_norms: list[float | None]) -> None:
+        """Per-member global-norm clipping, as ``torch.nn.utils.clip_grad_norm_``."""
+        if all(c is None for c in max_norms):
+            return
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)  # [K]
+        limits = torch.tensor([math.inf if c is None else c for c in max_norms], dtype=norms.dtype,
+                              device=norms.device)
+        coefficient = (limits / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coefficient.view(-1, *[1] * (g.dim() - 1)))
+
+    @torch.no_grad()
+    def optimizer_step(self, lrs: list[float], weight_decays: list[float]) -> None:
+        """torch.optim.AdamW / SGD arithmetic with a learning rate and decay per member;
+        weight decay applies to matrices only (a member's tensor of dim >= 2), as in
+        :func:`make_optimizer`."""
+        self.step_count += 1
+        lr_per_member = torch.tensor(lrs, dtype=torch.float32, device=self.step_count.device)
+        wd_per_member = torch.tensor(weight_decays, dtype=torch.float32, device=self.step_count.device)
+        for name, p in self.params.items():
+            g = p.grad
+            if g is None:
+                continue
+            shape = (-1, *[1] * (p.dim() - 1))
+            lr = lr_per_member.view(shape).to(p.dtype)
+            wd = wd_per_member.view(shape).to(p.dtype) if p.dim() >= 3 else None
+            if self.optimizer_kind == "adamw":
+                beta1, beta2 = self.betas
+                state = self.state[name]
+                if wd is not None:
+                    p.mul_(1 - lr * wd)
+                state["exp_avg"].lerp_(g, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                steps = self.step_count.view(-1, *[1] * (p.dim() - 1)).to(p.dtype)
+                bias_correction1 = 1 - beta1 ** steps
+                bias_correction2 = 1 - beta2 ** steps
+                denominator = (state["exp_avg_sq"].sqrt() / bias_correction2.sqrt()).add_(self.eps)
+                p.sub_(lr / bias_correction1 * state["exp_avg"] / denominator)
+            else:
+                if wd is not None:
+                    g = g.add(p * wd)
+                if self.momentum:
+                    buffer = self.state[name]["momentum_buffer"]
+                    first = (self.step_count == 1).view(-1, *[1] * (p.dim() - 1))
+                    buffer.copy_(torch.where(first, g, buffer * self.momentum + g))
+                    g = buffer
+                p.sub_(lr * g)
+
+    @torch.no_grad()
+    def write_member(self, k: int, member: _Member) -> None:
+        """Copy member k's weights and optimizer state into its own model / optimizer."""
+        params = dict(member.model.named_parameters())
+        buffers = dict(member.model.named_buffers())
+        for n in self.trainable:
+            params[n].copy_(self.params[n][k])
+        for n in self.buffer_names:
+            buffers[n].copy_(self.constants[n][k])
+        step = float(self.step_count[k])
+        for n in self.trainable:
+            if self.optimizer_kind == "adamw":
+                member.optimizer.state[params[n]] = {
+                    "step": torch.tensor(step),
+                    "exp_avg": self.state[n]["exp_avg"][k].clone(),
+                    "exp_avg_sq": self.state[n]["exp_avg_sq"][k].clone(),
+                }
+            else:
+                buffer = self.state[n].get("momentum_buffer")
+                member.optimizer.state[params[n]] = {
+                    "momentum_buffer": None if buffer is None else buffer[k].clone()}
+
+    def remove(self, indices: list[int]) -> None:
+        keep = torch.tensor([k for k in range(len(self.step_count)) if k not in indices],
+                            dtype=torch.long, device=self.step_count.device)
+        for name in list(self.params):
+            self.params[name] = self.params[name].detach()[keep].requires_grad_()
+        for name in list(self.constants):
+            self.constants[name] = self.constants[name][keep]
+        for entry in self.state.values():
+            for key in list(entry):
+                entry[key] = entry[key][keep]
+        self.step_count = self.step_count[keep]
+
+
+def _state_step(member: _Member, params: dict, trainable: list[str]) -> float:
+    state = member.optimizer.state.get(params[trainable[0]], {}) if trainable else {}
+    step = state.get("step")
+    return float(step) if step is not None else float(member.step)
+
+
+__all__ = ["EnsembleTrainer", "MEMBER_FIELDS", "ensemble_key"]

@@ -1,0 +1,100 @@
+import json
+
+import pytest
+import torch
+
+from sglab.store import RunStore
+from sglab.train.ensemble import EnsembleTrainer, ensemble_key
+from sglab.train.loop import Trainer, load_trained
+from tests.conftest import tiny_config
+
+
+def member_configs(*extra):
+    # three members differing in seed, learning rate and weight decay; a small clip so
+    # that clipping is active on some steps
+    return [
+        tiny_config(f"seed={seed}", f"train.lr={lr}", f"train.weight_decay={wd}",
+                    "train.grad_clip=0.5", "train.steps=12", "train.eval_interval=6",
+                    "train.checkpoint_interval=6", *extra)
+        for seed, lr, wd in [(0, 3e-3, 0.1), (1, 1e-3, 0.0), (2, 2e-3, 0.05)]
+    ]
+
+
+def final_weights(runs_dir, config):
+    _, _, model = load_trained(runs_dir / config.run_id())
+    return {n: p.detach() for n, p in model.state_dict().items()}
+
+
+def assert_same_as_alone(configs, tmp_path, rtol=1e-4, atol=1e-6):
+    together, alone = tmp_path / "together", tmp_path / "alone"
+    summaries = EnsembleTrainer(configs, together, store=RunStore(together), printer=None).run()
+    assert [s["status"] for s in summaries] == ["finished"] * len(configs)
+    assert all(s["ensemble_size"] == len(configs) for s in summaries)
+    for config in configs:
+        Trainer(config, alone, printer=None).run()
+        a, b = final_weights(together, config), final_weights(alone, config)
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=name)
+        metrics = [json.loads(line) for line in
+                   (together / config.run_id() / "metrics.jsonl").read_text().splitlines()]
+        reference = [json.loads(line) for line in
+                     (alone / config.run_id() / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in metrics] == [m["step"] for m in reference]
+        for m, r in zip(metrics, reference):
+            for key in r:
+                if key.endswith("exact_match"):
+                    assert m[key] == pytest.approx(r[key], abs=0.011), key
+
+
+def test_ensemble_members_get_the_updates_they_would_get_alone(tmp_path):
+    assert_same_as_alone(member_configs(), tmp_path)
+
+
+def test_ensemble_bidirectional_members_with_padding_match_alone(tmp_path):
+    # bidirectional models train on prefix rows; member batches are padded to one shape
+    configs = member_configs("model.attention_mask=bidirectional", "model.pos_encoding=none")
+    assert_same_as_alone(configs, tmp_path)
+
+
+def test_ensemble_sgd_and_different_lengths(tmp_path):
+    configs = member_configs("train.optimizer=sgd", "train.momentum=0.9")
+    configs[1] = configs[1].model_copy(update={"train": configs[1].train.model_copy(
+        update={"steps": 6})})
+    assert_same_as_alone(configs, tmp_path)
+
+
+def test_ensemble_key_groups_only_compatible_runs():
+    a, b, c = member_configs()
+    assert ensemble_key(a) == ensemble_key(b) == ensemble_key(c)
+    wider = tiny_config("model.d_model=32")
+    assert ensemble_key(wider) != ensemble_key(a)
+    assert ensemble_key(tiny_config("model.dropout=0.1")) is None
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_ensemble_killed_mid_run_resumes_to_the_same_weights(tmp_path):
+    configs = member_configs()
+    runs = tmp_path / "runs"
+    second = configs[1].run_id()
+
+    def die_at_second_members_checkpoint(line):
+        if line.startswith(f"[{second}] eval @ 6"):
+            raise Interrupted  # member 0 has saved step 6; members 1 and 2 have not
+
+    with pytest.raises(Interrupted):
+        EnsembleTrainer(configs, runs, printer=die_at_second_members_checkpoint).run()
+    assert Trainer(configs[0], runs).checkpoint_step() == 6
+    assert Trainer(configs[2], runs).checkpoint_step() == 0
+    # resuming: member 0 continues alone from the ensemble's checkpoint (optimizer state
+    # included), members 1 and 2 restart together
+    summaries = EnsembleTrainer(configs, runs, printer=None).run()
+    assert [s["step"] for s in summaries] == [12, 12, 12]
+    alone = tmp_path / "alone"
+    for config in configs:
+        Trainer(config, alone, printer=None).run()
+        a, b = final_weights(runs, config), final_weights(alone, config)
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)

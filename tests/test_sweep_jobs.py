@@ -1,0 +1,53 @@
+import json
+
+from sglab.sweep import SweepSpec, expand, run_configs
+from sglab.sweep.jobs import plan_jobs
+from sglab.sweep.local import plan_placement
+from tests.test_store_and_sweep import TINY
+
+
+def grid(seeds=3, **extra_grid):
+    spec = SweepSpec(base=TINY, grid={"model.pos_encoding": ["learned", "none"], **extra_grid},
+                     seeds=seeds)
+    return expand(spec)
+
+
+def test_plan_groups_seeds_of_a_cell_and_splits_for_workers(tmp_path):
+    configs = grid(seeds=3)  # 2 cells x 3 seeds
+    jobs = plan_jobs(configs, tmp_path, min_jobs=2)
+    assert sorted(len(j) for j in jobs) == [3, 3]
+    for job in jobs:  # one cell per job
+        assert len({configs[i].model.pos_encoding for i in job}) == 1
+    assert sorted(i for j in jobs for i in j) == list(range(6))
+    assert sorted(len(j) for j in plan_jobs(configs, tmp_path, min_jobs=4)) == [1, 1, 2, 2]
+    assert all(len(j) == 1 for j in plan_jobs(configs, tmp_path, ensemble=False))
+    # scalar hyperparameters may differ inside an ensemble, shapes may not
+    lrs = grid(seeds=1, **{"train.lr": [1e-3, 2e-3]})
+    assert sorted(len(j) for j in plan_jobs(lrs, tmp_path)) == [2, 2]
+    widths = grid(seeds=1, **{"model.d_model": [8, 16]})
+    assert sorted(len(j) for j in plan_jobs(widths, tmp_path)) == [1, 1, 1, 1]
+
+
+def test_placement_is_stated_and_overridable():
+    workers, threads, why = plan_placement(n_jobs=1)
+    assert workers == 1 and threads >= 1 and "core" in why
+    assert plan_placement(n_jobs=10, workers=3, threads=2)[:2] == (3, 2)
+
+
+def test_sweep_with_ensembles_matches_sweep_without(tmp_path):
+    configs = grid(seeds=2)
+    with_ensembles = run_configs(configs, tmp_path / "a", workers=1, quiet=True,
+                                 printer=lambda _: None)
+    alone = run_configs(configs, tmp_path / "b", workers=1, quiet=True, ensemble=False,
+                        printer=lambda _: None)
+    assert [s.get("ensemble_size") for s in with_ensembles] == [2, 2, 2, 2]
+    assert all("ensemble_size" not in s for s in alone)
+    for a, b in zip(with_ensembles, alone):
+        assert a["run_id"] == b["run_id"] and a["step"] == b["step"]
+        for key, value in b["final"].items():
+            if key.startswith("weight_norm") or key.endswith("loss"):
+                assert abs(a["final"][key] - value) <= 1e-4 * max(1.0, abs(value)), key
+    # a finished ensemble sweep is not retrained
+    again = run_configs(configs, tmp_path / "a", workers=1, quiet=True, printer=lambda _: None)
+    assert [json.dumps(s, sort_keys=True) for s in again] == [
+        json.dumps(s, sort_keys=True) for s in with_ensembles]
