@@ -14,12 +14,12 @@ activity step by step for one test input.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from sglab import registry
 from sglab.analysis.routing import gate_activity, max_over_heads, routing_trace
@@ -184,7 +184,7 @@ class NDRExperiment(Experiment):
         config, task, model = load_trained(run["dir"], "best")
         split = task.split("test")
         index = int(split.lengths.argmax())
-        sub = split.subset(np.asarray([index]))
+        sub = split.subset(torch.tensor([index]))
         batch = sub.batch()
         trace = routing_trace(model, batch.input_ids, batch.key_padding_mask)
         tokens = task.vocab.decode(batch.input_ids[0, : int(batch.key_padding_mask[0].sum())])
@@ -283,10 +283,6 @@ def _mean_std(values: list[float | None]) -> str:
 
 def claim(claim_id: str, statement: str, evidence: str, passed: bool) -> Claim:
     return Claim(claim_id, statement, evidence, bool(passed))
-
-
-def dump(obj) -> str:
-    return json.dumps(obj)
 
 
 # ----------------------------------------------------------------------------- CTL
