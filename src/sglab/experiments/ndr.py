@@ -324,7 +324,7 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                                early_stop_threshold=0.998),
         "variants": variants,
         "conditions": {"forward": {"direction": "forward"}, "backward": {"direction": "backward"}},
-        "seeds": seeds, "depth_ablation": depth_ablation, "ablation_train_steps": gated_steps,
+        "seeds": seeds, "depth_ablation": depth_ablation, "ablation_train_steps": ndr_steps,
         "n_classes": 8,
         "routing_condition": "backward", "quiet": quiet,
     }
