@@ -353,8 +353,10 @@ class NDRCTL(NDRExperiment):
         # CPU: widths 64 / 64 instead of 128 / 256, batch 128 instead of 512, no dropout
         # (gate dropout 0.1 kept), a higher learning rate (2e-3; with dropout 0 it shortened
         # the loss plateau of short NDR runs), 1.5k-6k steps instead of 30k, and early
-        # stopping once the OOD validation split is solved. About 30 minutes of two idle
-        # cores (one 14-step d=64 NDR without dropout runs 10-11 steps/s on one core).
+        # stopping once the OOD validation split is solved. Estimated at about 30 minutes of
+        # two idle cores from single-run speeds (a 14-step d=64 NDR without dropout runs
+        # 10-11 steps/s on one core); not yet measured end to end, and 6k steps were not
+        # shown to be enough for the NDR to leave its loss plateau at this scale.
         "default": ctl_preset(steps=1500, gated_steps=1500, ndr_steps=6000, lstm_steps=1500,
                               lr=2e-3, dropout=0.0, seeds=[0],
                               d_model=64, gated_d_model=64, batch=128, eval_every=250,
