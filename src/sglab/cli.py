@@ -234,6 +234,37 @@ def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output di
                          "nor summary.json (run directory)")
 
 
+data_app = typer.Typer(no_args_is_help=True, help="Generate, export and load data sets.")
+app.add_typer(data_app, name="data")
+
+EXPORTERS = ("scan",)
+
+
+@data_app.command("export")
+def data_export(
+    dataset: Annotated[str, typer.Argument(help="Data set to export: scan.")],
+    split: Annotated[str, typer.Option(help="simple | length | addprim_jump | addprim_turn_left "
+                                            "| cutoff_L (e.g. cutoff_26)")] = "length",
+    out: Annotated[Path, typer.Option(help="Directory for train.txt and test.txt.")] = Path("."),
+    seed: Annotated[int, typer.Option(help="Seed of the random parts (simple, cutoff_L).")] = 0,
+):
+    """Write a generated split as train.txt / test.txt (and iid_valid.txt) in the published
+    `IN: ... OUT: ...` line format."""
+    import difflib
+
+    from sglab.tasks.scan import build_split, format_lines
+    from sglab.train.checkpoints import atomic_write_text
+
+    if dataset not in EXPORTERS:
+        near = difflib.get_close_matches(dataset, EXPORTERS, n=1, cutoff=0.4)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise SglabError(f"cannot export {dataset!r}.{hint} Exportable: {', '.join(EXPORTERS)}")
+    parts = build_split(split, seed)
+    for name, examples in parts.items():
+        atomic_write_text(out / f"{name}.txt", format_lines(examples))
+        _out(f"{out / f'{name}.txt'}: {len(examples)} examples")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Usage errors exit 2 (click); SglabError prints its message and exits 2."""
     try:

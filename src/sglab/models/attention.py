@@ -132,3 +132,39 @@ class SelfAttention(nn.Module):
             if bias is not None:
                 bias[2 * d:] = 0.0
         self.qkv = PartlyFrozenLinear(weight, bias, frozen)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from a sequence x to an encoder output (no positions).
+
+    A = (x W_Q)(m W_K)^T / sqrt(d_head), keys masked by the memory's padding mask
+    (True = real token); Y = softmax(A) m W_V W_O. The encoder-decoder attention of
+    the thesis (Sec. 4.2.1): plain content attention, no positional information.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool, dropout: float):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.query = nn.Linear(d_model, d_model, bias=bias)
+        self.key_value = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+        self.pattern = HookPoint()
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch, length, width = x.shape
+        q = self.query(x).view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
+        k, v = self.key_value(memory).view(batch, memory.shape[1], 2, self.n_heads,
+                                           self.head_dim).permute(2, 0, 3, 1, 4)
+        mask = None if memory_mask is None else memory_mask[:, None, None, :]
+        dropout = self.dropout if self.training else 0.0
+        if self.pattern.is_watched:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = self.pattern(scores.softmax(-1))
+            y = F.dropout(probs, dropout, self.training) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))

@@ -11,13 +11,26 @@ f(X) = W_E^T (W_V W_E X) Attn(W_E X) + b: ``ffn: none`` (no MLP sub-block),
 ``uniform_attention`` (W_Q = W_K = 0, frozen), ``identity_value`` (W_V = I, frozen),
 ``attention_out_projection: false`` (no W_O) and ``output_bias`` (b).
 
+Switches of the Neural Data Router (thesis Ch. 5): ``attention: geometric``
+(directional geometric attention, models/geometric.py) or ``abs_rel_gated``
+(appendix D.2, models/abs_rel.py); ``copy_gate`` (copy-gated post-LN layer, Eqs.
+5.1-5.5, see :class:`CopyGateBlock`); ``shared_layers`` (one layer applied
+``n_layers`` times in training and ``eval_steps`` times in evaluation); ``readout``
+(``first`` / ``last``: the model classifies the sequence from that column and
+returns logits of shape [batch, 1, vocab]).
+
 Hook names: ``embed``, ``blocks.{i}.attn.pattern``, ``blocks.{i}.attn_out``,
 ``blocks.{i}.resid_mid``, ``blocks.{i}.mlp.hidden``, ``blocks.{i}.mlp_out``,
-``blocks.{i}.resid_post`` (the block output), ``final`` (input of the unembedding).
+``blocks.{i}.resid_post`` (the block output), ``final`` (input of the unembedding);
+copy-gated blocks add ``blocks.{i}.gate``. With shared layers ``i`` is the step:
+every step has its own hook points while the weights are shared.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+from collections import OrderedDict
 from typing import Literal
 
 import torch
@@ -27,7 +40,9 @@ from torch import nn
 from sglab import registry
 from sglab.config import ModelConfig
 from sglab.errors import SglabError
-from sglab.models.attention import SelfAttention
+from sglab.models.abs_rel import AbsRelGatedAttention
+from sglab.models.attention import CrossAttention, SelfAttention
+from sglab.models.geometric import GeometricAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
 from sglab.models.positional import AbsolutePositions, Rotary
@@ -65,6 +80,31 @@ class TransformerConfig(ModelConfig):
     attention_out_projection: bool = Field(
         True, description="false: no output projection W_O after attention (heads concatenated).")
     output_bias: bool = Field(False, description="A trainable bias b added to the output logits.")
+    attention: Literal["softmax", "geometric", "abs_rel_gated"] = Field(
+        "softmax", description="geometric: directional geometric attention (NDR, thesis Eqs. "
+                               "5.6-5.10); abs_rel_gated: gated absolute/relative attention "
+                               "(thesis appendix D.2). Both need attention_mask=bidirectional.")
+    attention_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on geometric content keys / abs_rel_gated weights.")
+    geometric_normalize: bool = Field(
+        False, description="L1-normalize each row of the geometric attention (off in the thesis).")
+    copy_gate: bool = Field(
+        False, description="Copy-gated post-LN layer (thesis Eqs. 5.1-5.5): no residual around "
+                           "the data FFN, h' = g*u + (1-g)*h with g = sigmoid(FFN_gate(a)).")
+    copy_gate_bias_init: float = Field(-3.0, description="Initial bias of the gate's output layer.")
+    gate_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Training only: probability of zeroing a column's whole gate "
+                                     "vector (forces a copy).")
+    update_norm: Literal["layernorm", "tanh"] = Field(
+        "layernorm", description="Squashing of the copy-gated update u (Eq. 5.2): layernorm (NDR) "
+                                 "or tanh (the non-geometric gated baselines).")
+    shared_layers: bool = Field(
+        False, description="One layer applied n_layers times (universal transformer).")
+    eval_steps: int | None = Field(
+        None, ge=1, description="Shared layers: number of steps in evaluation (null = n_layers).")
+    readout: Literal["none", "first", "last"] = Field(
+        "none", description="Sequence classification from the first or the last real column; "
+                            "the model returns logits of shape [batch, 1, vocab].")
 
     @model_validator(mode="after")
     def _check(self):
@@ -79,6 +119,20 @@ class TransformerConfig(ModelConfig):
             )
         if self.ffn == "none" and self.d_ff is not None:
             raise ValueError(f"d_ff={self.d_ff} has no effect with ffn=none; remove d_ff")
+        if self.attention != "softmax":
+            if self.attention_mask != "bidirectional":
+                raise ValueError(f"attention={self.attention} is bidirectional only; set "
+                                 "attention_mask=bidirectional")
+            if self.pos_encoding in ("rotary", "relative"):
+                raise ValueError(f"attention={self.attention} brings its own positional signal; "
+                                 f"pos_encoding={self.pos_encoding} cannot be combined with it "
+                                 "(set pos_encoding=none)")
+        if self.copy_gate and (self.norm != "post" or self.ffn != "dense" or self.residual_ablation):
+            raise ValueError("copy_gate is a post-LN layer with a dense FFN: set norm=post, "
+                             "ffn=dense and no residual_ablation")
+        if self.eval_steps is not None and not self.shared_layers:
+            raise ValueError("eval_steps needs shared_layers=true (separate layers cannot run "
+                             "more steps than they have)")
         return self
 
 
@@ -101,40 +155,173 @@ def _norm(config: TransformerConfig) -> nn.Module:
     return nn.LayerNorm(config.d_model, bias=config.bias)
 
 
+def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Module:
+    if config.attention == "geometric":
+        return GeometricAttention(config.d_model, config.n_heads, config.attention_dropout,
+                                  config.geometric_normalize)
+    if config.attention == "abs_rel_gated":
+        return AbsRelGatedAttention(config.d_model, config.n_heads, config.attention_dropout)
+    causal = config.attention_mask == "causal"
+    if config.pos_encoding == "relative":
+        return RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
+                                     config.dropout, config.attention_out_projection)
+    return SelfAttention(config.d_model, config.n_heads, causal, config.bias, config.dropout,
+                         rotary, config.attention_out_projection)
+
+
 class Block(nn.Module):
-    def __init__(self, config: TransformerConfig, index: int, rotary: nn.Module | None):
+    """One layer. ``cross_attention=True`` adds an encoder-decoder attention sub-block
+    between self-attention and the MLP (the decoder layer of a seq2seq model):
+    post-LN  x = ln_cross(x + cross(x, memory)),  pre-LN  x = x + cross(ln_cross(x), memory).
+    """
+
+    def __init__(self, config: TransformerConfig, index: int, rotary: nn.Module | None,
+                 cross_attention: bool = False):
         super().__init__()
         self.norm_placement = config.norm
         self.residual = index not in config.residual_ablation
         has_mlp = config.ffn == "dense"
         self.ln_1, self.ln_2 = _norm(config), _norm(config) if has_mlp else nn.Identity()
-        causal = config.attention_mask == "causal"
-        if config.pos_encoding == "relative":
-            self.attn = RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
-                                              config.dropout, config.attention_out_projection)
-        else:
-            self.attn = SelfAttention(config.d_model, config.n_heads, causal, config.bias,
-                                      config.dropout, rotary, config.attention_out_projection)
+        self.attn = make_attention(config, rotary)
         self.mlp = (MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
                         config.activation, config.dropout) if has_mlp else None)
         self.resid_drop = nn.Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
+        self.cross_attn = (CrossAttention(config.d_model, config.n_heads, config.bias,
+                                          config.dropout) if cross_attention else None)
+        if cross_attention:
+            self.ln_cross, self.cross_out = _norm(config), HookPoint()
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    def _cross(self, x: torch.Tensor, memory: torch.Tensor | None,
+               memory_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.cross_attn is None:
+            return x
+        if memory is None:
+            raise ValueError("a block with cross-attention needs the encoder output (memory)")
+        skip = 1.0 if self.residual else 0.0
+        if self.norm_placement == "post":
+            h = self.cross_out(self.resid_drop(self.cross_attn(x, memory, memory_mask)))
+            return self.ln_cross(skip * x + h)
+        h = self.cross_out(self.resid_drop(self.cross_attn(self.ln_cross(x), memory, memory_mask)))
+        return skip * x + h
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                memory: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         skip = 1.0 if self.residual else 0.0
         if self.norm_placement == "post":
             x = self.ln_1(skip * x + self.attn_out(self.resid_drop(self.attn(x, key_padding_mask))))
-            x = self.resid_mid(x)
+            x = self.resid_mid(self._cross(x, memory, memory_mask))
             if self.mlp is None:
                 return self.resid_post(x)
             return self.resid_post(self.ln_2(skip * x + self.mlp_out(self.mlp(x))))
         h = self.attn_out(self.resid_drop(self.attn(self.ln_1(x), key_padding_mask)))
-        x = self.resid_mid(x + h if self.residual else h)
+        x = self.resid_mid(self._cross(x + h if self.residual else h, memory, memory_mask))
         if self.mlp is None:
             return self.resid_post(x)
         h = self.mlp_out(self.mlp(self.ln_2(x)))
         return self.resid_post(x + h if self.residual else h)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W2 max(W1 x + b1, 0) + b2 (thesis Eq. 5.5), dropout after the ReLU."""
+
+    def __init__(self, d_in: int, d_hidden: int, dropout: float):
+        super().__init__()
+        self.up = nn.Linear(d_in, d_hidden)
+        self.out = nn.Linear(d_hidden, d_in)
+        self.hidden = HookPoint()
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.out(self.drop(self.hidden(torch.relu(self.up(x)))))
+
+    def xavier_(self, out_gain: float) -> None:
+        nn.init.xavier_uniform_(self.up.weight, gain=math.sqrt(2))  # ReLU
+        nn.init.xavier_uniform_(self.out.weight, gain=out_gain)
+        nn.init.zeros_(self.up.bias)
+        nn.init.zeros_(self.out.bias)
+
+
+class CopyGateBlock(nn.Module):
+    """Copy-gated layer (thesis Fig. 5.1, Eqs. 5.1-5.5).
+
+    a = LN(MHA(h, H, H) + h)                (5.1)
+    u = LN(FFN_data(a))   (or tanh)         (5.2)  -- no residual around the data FFN
+    g = sigmoid(FFN_gate(a))                (5.3)  -- FFN_gate is d -> d -> d
+    h' = g * u + (1 - g) * h                (5.4)
+
+    Gate dropout (training only) zeroes a column's whole gate vector with probability
+    ``gate_dropout``, which forces a copy of that column.
+    """
+
+    def __init__(self, config: TransformerConfig, rotary: nn.Module | None):
+        super().__init__()
+        d = config.d_model
+        self.attn = make_attention(config, rotary)
+        self.ln_1 = nn.LayerNorm(d)
+        self.mlp = FeedForward(d, config.d_ff or 4 * d, config.dropout)
+        self.ln_2 = nn.LayerNorm(d) if config.update_norm == "layernorm" else None
+        self.gate_ffn = FeedForward(d, d, config.dropout)
+        self.gate_dropout = config.gate_dropout
+        self.gate_bias_init = config.copy_gate_bias_init
+        self.resid_drop = nn.Dropout(config.dropout)
+        self.attn_out, self.resid_mid, self.mlp_out = HookPoint(), HookPoint(), HookPoint()
+        self.gate, self.resid_post = HookPoint(), HookPoint()
+        self.reset_gate_bias()
+
+    def reset_gate_bias(self) -> None:
+        nn.init.constant_(self.gate_ffn.out.bias, self.gate_bias_init)
+
+    def xavier_(self) -> None:
+        """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1 (gate)."""
+        self.mlp.xavier_(out_gain=5 / 3)
+        self.gate_ffn.xavier_(out_gain=1.0)
+        self.reset_gate_bias()
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        a = self.resid_mid(self.ln_1(x + self.attn_out(self.resid_drop(
+            self.attn(x, key_padding_mask)))))                                    # Eq. 5.1
+        u = self.mlp(a)
+        u = self.mlp_out(self.ln_2(u) if self.ln_2 is not None else torch.tanh(u))  # Eq. 5.2
+        g = torch.sigmoid(self.gate_ffn(a))                                      # Eq. 5.3
+        if self.training and self.gate_dropout > 0:
+            keep = torch.rand(*g.shape[:-1], 1, device=g.device) >= self.gate_dropout
+            g = g * keep
+        g = self.gate(g)
+        return self.resid_post(g * u + (1 - g) * x)                              # Eq. 5.4
+
+
+def share_weights(module: nn.Module) -> nn.Module:
+    """A new module computing exactly what ``module`` computes, with the same parameter
+    and buffer tensors but its own (fresh) hook points.
+
+    Shared layers apply one block at every step; giving each step such a twin keeps one
+    stable hook name per step (``blocks.3.attn.pattern``) while the weights stay shared.
+    """
+    twin = copy.copy(module)
+    twin.__dict__ = {key: (type(value)() if "hooks" in key and isinstance(value, dict) else value)
+                     for key, value in module.__dict__.items()}
+    twin._parameters = OrderedDict(module._parameters)
+    twin._buffers = OrderedDict(module._buffers)
+    twin._modules = OrderedDict(
+        (name, HookPoint() if isinstance(child, HookPoint) else share_weights(child))
+        for name, child in module._modules.items())
+    return twin
+
+
+def init_ndr_weights(model: nn.Module) -> None:
+    """Xavier-uniform init of geometric attention and copy-gated FFNs (the thesis code's)."""
+    for module in model.modules():
+        if isinstance(module, GeometricAttention):
+            d, head = module.d_model, module.head_dim
+            bound = math.sqrt(6 / (d + head))  # fan_in d, fan_out d_head
+            for linear in (module.query, module.key, module.value):
+                nn.init.uniform_(linear.weight, -bound, bound)
+            nn.init.uniform_(module.out.weight, -bound, bound)  # fan_in d_head, fan_out d
+        elif isinstance(module, CopyGateBlock):
+            module.xavier_()
 
 
 class Transformer(nn.Module):
@@ -154,11 +341,23 @@ class Transformer(nn.Module):
                   if config.pos_encoding == "rotary" else None)
         self.embed = HookPoint()
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, i, rotary) for i in range(config.n_layers))
+        make_block = (lambda i: CopyGateBlock(config, rotary)) if config.copy_gate else (
+            lambda i: Block(config, i, rotary))
+        if config.shared_layers:
+            shared = make_block(0)
+            steps = max(config.n_layers, config.eval_steps or 0)
+            self.blocks = nn.ModuleList([shared, *(share_weights(shared) for _ in range(steps - 1))])
+        else:
+            self.blocks = nn.ModuleList(make_block(i) for i in range(config.n_layers))
         self.ln_f = _norm(config) if config.norm == "pre" else nn.Identity()
         self.final = HookPoint()
         self.head = None if config.tie_embeddings else nn.Linear(config.d_model, vocab_size, bias=False)
         apply_init(self, config.init, config.init_gamma, config.n_layers)
+        if config.init == "default":
+            init_ndr_weights(self)
+        for block in self.blocks:
+            if isinstance(block, CopyGateBlock):
+                block.reset_gate_bias()
         if config.embedding == "one_hot":
             if config.d_model != vocab_size:
                 raise SglabError(
@@ -169,9 +368,20 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 self.tok_emb.weight.copy_(torch.eye(vocab_size))
             self.tok_emb.weight.requires_grad_(False)
-        for block in self.blocks:
-            block.attn.freeze(config.uniform_attention, config.identity_value)
+        if config.uniform_attention or config.identity_value:
+            if config.attention != "softmax" or config.shared_layers:
+                raise SglabError("uniform_attention / identity_value work with attention=softmax "
+                                 "and separate layers only")
+            for block in self.blocks:
+                block.attn.freeze(config.uniform_attention, config.identity_value)
         self.output_bias = nn.Parameter(torch.zeros(vocab_size)) if config.output_bias else None
+
+    @property
+    def steps(self) -> int:
+        """Number of layers (steps) applied in the current mode."""
+        if self.training or not self.config.shared_layers:
+            return self.config.n_layers
+        return self.config.eval_steps or self.config.n_layers
 
     def forward(self, input_ids: torch.Tensor,
                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -179,11 +389,22 @@ class Transformer(nn.Module):
         if self.positions is not None:
             x = self.positions(x)
         x = self.drop(self.embed(x))
-        for block in self.blocks:
+        for block in self.blocks[: self.steps]:
             x = block(x, key_padding_mask)
+        if self.config.readout != "none":
+            x = self.readout_column(x, key_padding_mask)
         x = self.final(self.ln_f(x))
         logits = x @ self.tok_emb.weight.T if self.head is None else self.head(x)
         return logits if self.output_bias is None else logits + self.output_bias
+
+    def readout_column(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """The first or the last real column, shape [batch, 1, d_model]."""
+        if self.config.readout == "first":
+            return x[:, :1]
+        if key_padding_mask is None:
+            return x[:, -1:]
+        last = key_padding_mask.long().sum(1) - 1
+        return x[torch.arange(x.shape[0], device=x.device), last][:, None]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

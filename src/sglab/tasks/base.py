@@ -87,19 +87,30 @@ class Batch:
 
     ``key_padding_mask`` (True = real token) is set for bidirectional models;
     ``example_index`` maps each row back to its example (prefix expansion).
+    Encoder-decoder tasks add the encoder input ``source_ids`` and its padding mask
+    ``source_mask``; ``input_ids`` is then the decoder input.
     """
 
     input_ids: torch.Tensor
     targets: torch.Tensor
     key_padding_mask: torch.Tensor | None = None
     example_index: torch.Tensor | None = None
+    source_ids: torch.Tensor | None = None
+    source_mask: torch.Tensor | None = None
 
     def to(self, device) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)
         return Batch(
             move(self.input_ids), move(self.targets), move(self.key_padding_mask),
-            move(self.example_index),
+            move(self.example_index), move(self.source_ids), move(self.source_mask),
         )
+
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """Keyword arguments of ``model(input_ids, **batch.model_inputs())``."""
+        inputs = {"key_padding_mask": self.key_padding_mask}
+        if self.source_ids is not None:
+            inputs.update(source_ids=self.source_ids, source_mask=self.source_mask)
+        return inputs
 
 
 def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
@@ -263,3 +274,131 @@ class PromptAnswerTask(Task):
 
 def build_task(config: TaskConfig) -> Task:
     return registry.entry("task", config.name).factory(config)
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+@dataclass
+class ClassificationSplit:
+    """Examples of a sequence-classification split: right-padded inputs and one label each.
+
+    ``tokens[i, :lengths[i]]`` is the input of example i and ``labels[i]`` the id of its
+    answer token (classes are vocabulary tokens, so one embedding table serves both).
+    ``groups`` holds per-example integer labels for breakdowns (e.g. number of operations).
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    labels: torch.Tensor
+    groups: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def subset(self, index: torch.Tensor) -> ClassificationSplit:
+        lengths = self.lengths[index]
+        width = int(lengths.max()) if len(lengths) else 0
+        return ClassificationSplit(self.tokens[index, :width], lengths, self.labels[index],
+                                   {k: v[index] for k, v in self.groups.items()})
+
+    def batch(self) -> Batch:
+        """Inputs with a padding mask; the target sits in a single readout slot."""
+        real = torch.arange(self.tokens.shape[1])[None, :] < self.lengths[:, None]
+        return Batch(self.tokens, self.labels[:, None].clone(), key_padding_mask=real,
+                     example_index=torch.arange(len(self)))
+
+
+def encode_examples(vocab: Vocabulary, inputs: list[list[str]], answers: list[str],
+                    groups: dict[str, list[int]]) -> ClassificationSplit:
+    """Token lists + answer tokens -> a right-padded :class:`ClassificationSplit`."""
+    width = max((len(x) for x in inputs), default=1)
+    tokens = torch.zeros(len(inputs), width, dtype=torch.long)
+    for i, symbols in enumerate(inputs):
+        tokens[i, : len(symbols)] = torch.tensor(vocab.encode(symbols))
+    return ClassificationSplit(
+        tokens, torch.tensor([len(x) for x in inputs], dtype=torch.long),
+        torch.tensor(vocab.encode(answers), dtype=torch.long),
+        {k: torch.tensor(v, dtype=torch.long) for k, v in groups.items()},
+    )
+
+
+def is_classifier(model_config) -> bool:
+    """Whether a model config produces one prediction per sequence (the classifier contract)."""
+    return bool(getattr(model_config, "classifier", False)) or \
+        getattr(model_config, "readout", "none") != "none"
+
+
+class SequenceClassificationTask(Task):
+    """One label per input sequence (CTL, arithmetic, ListOps).
+
+    Model contract: called as ``model(input_ids, key_padding_mask=mask)`` it returns
+    logits of shape ``[batch, 1, vocab]``, the prediction read out from one column (or
+    an RNN's final state). Batches carry the label as a ``[batch, 1]`` target, so the
+    Trainer's masked-target loss applies unchanged.
+    """
+
+    eval_splits: list[str] = ["test"]
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+        self.vocab, self.splits = self.build()
+
+    @abstractmethod
+    def build(self) -> tuple[Vocabulary, dict[str, ClassificationSplit]]:
+        """Generate the vocabulary and all splits deterministically."""
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.splits)
+
+    @property
+    def max_length(self) -> int:
+        return max(int(s.lengths.max()) for s in self.splits.values())
+
+    def split(self, name: str) -> ClassificationSplit:
+        if name not in self.splits:
+            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
+        return self.splits[name]
+
+    def check_model(self, model_config) -> None:
+        if not is_classifier(model_config):
+            raise SglabError(
+                f"task {self.config.name!r} classifies whole sequences: give the model a readout "
+                "column (model.readout=first or model.readout=last) or use a classifier model "
+                "such as lstm")
+        if getattr(model_config, "attention_mask", "bidirectional") != "bidirectional":
+            raise SglabError(f"task {self.config.name!r} needs an encoder: set "
+                             "model.attention_mask=bidirectional")
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        train = self.splits["train"]
+        index = torch.randint(len(train), (batch_size,), generator=generator)
+        return train.subset(index).batch()
+
+    @torch.no_grad()
+    def predict(self, model, split: str, batch_size: int = 1024, max_examples: int | None = None,
+                device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(predicted label ids, loss per example) over the first examples of a split."""
+        data = self.split(split)
+        n = len(data) if max_examples is None else min(len(data), max_examples)
+        predictions, losses = [], []
+        for start in range(0, n, batch_size):
+            batch = data.subset(torch.arange(start, min(start + batch_size, n))).batch().to(device)
+            logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
+            losses.append(F.cross_entropy(logits[:, 0], batch.targets[:, 0], reduction="none").cpu())
+            predictions.append(logits[:, 0].argmax(-1).cpu())
+        return torch.cat(predictions), torch.cat(losses)
+
+    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
+                 device="cpu") -> dict[str, float]:
+        """Accuracy (``exact_match``), loss, and accuracy per group value."""
+        data = self.split(split)
+        predictions, losses = self.predict(model, split, batch_size, max_examples, device)
+        correct = (predictions == data.labels[: len(predictions)]).float()
+        metrics = {f"{split}/exact_match": float(correct.mean()), f"{split}/loss": float(losses.mean())}
+        for group, labels in data.groups.items():
+            labels = labels[: len(correct)]
+            for value in torch.unique(labels).tolist():
+                metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
+        return metrics

@@ -58,7 +58,10 @@ MEMBER_FIELDS = (
 
 def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
-    if getattr(config.model, "dropout", 0.0) or config.train.compile:
+    random = [name for name, value in config.model if name.endswith("dropout") and value]
+    if random or config.train.compile:  # dropout, attention_dropout, gate_dropout, ...
+        return None
+    if getattr(config.model, "encoder_decoder", False):  # the stacked forward has no source
         return None
     data = config.to_dict()
     for path in MEMBER_FIELDS:

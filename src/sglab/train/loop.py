@@ -189,7 +189,7 @@ class Trainer:
                 model.train()
                 batch = task.train_batch(cfg.batch_size, generator, causal).to(device)
                 with autocast:
-                    logits = compiled(batch.input_ids, key_padding_mask=batch.key_padding_mask)
+                    logits = compiled(batch.input_ids, **batch.model_inputs())
                 loss = target_loss(logits, batch.targets, cfg.loss)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

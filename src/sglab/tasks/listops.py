@@ -1,0 +1,194 @@
+"""ListOps with dependency-depth control (thesis Sec. 5.2.3, appendix D.4.3).
+
+Prefix expressions over the digits 0-9 with the operators MIN, MAX, MED (median;
+for an even count the floor of the mean of the two middle values) and SM (sum
+modulo 10), e.g. ``[MED 4 8 5 [MAX 8 4 9] ]`` -> 6. Tokens: ``[MIN [MAX [MED [SM ]``
+and the digits.
+
+The **dependency depth** prunes every branch that no operator selects -- MIN and
+MAX select one argument holding the result, MED the one or two middle ones, SM all
+of them; among equal values the shallowest argument is taken -- and measures the
+depth of what remains. A sample of dependency depth K therefore really needs K
+levels of computation. Samples are built top-down with one argument of depth K-1
+that must be selected; splits are balanced over dependency depth: train 1-5,
+``ood_valid`` 6, ``test`` 7-8.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from sglab import registry
+from sglab.config import TaskConfig
+from sglab.tasks.base import SequenceClassificationTask, Vocabulary, encode_examples
+
+BEGIN, END = "<B>", "<E>"
+OPERATORS = ("MIN", "MAX", "MED", "SM")
+
+Tree = int | tuple[str, tuple["Tree", ...]]  # hashable, so values are cached
+
+
+class ListOpsConfig(TaskConfig):
+    name: Literal["listops"] = "listops"
+    train_depths: tuple[int, int] = (1, 5)
+    ood_valid_depths: tuple[int, int] = (6, 6)
+    test_depths: tuple[int, int] = (7, 8)
+    train_size: int = Field(100_000, ge=1)
+    iid_valid_size: int = Field(1000, ge=1)
+    ood_valid_size: int = Field(1000, ge=1)
+    test_size: int = Field(1000, ge=1)
+    min_arguments: int = Field(2, ge=1)
+    max_arguments: int = Field(5, ge=1)
+    sublist_probability: float = Field(0.3, ge=0, le=1, description="Chance an extra argument is a list.")
+    max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
+    boundary_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _check(self):
+        ranges = [self.train_depths, self.ood_valid_depths, self.test_depths]
+        if any(not 1 <= a <= b for a, b in ranges) or not (
+                self.train_depths[1] < self.ood_valid_depths[0]
+                and self.ood_valid_depths[1] < self.test_depths[0]):
+            raise ValueError("depth ranges must satisfy 1 <= low <= high and be increasing and "
+                             "disjoint: train < ood_valid < test")
+        if self.min_arguments > self.max_arguments:
+            raise ValueError("min_arguments must not exceed max_arguments")
+        return self
+
+
+@lru_cache(maxsize=1 << 16)
+def value(tree: Tree) -> int:
+    if isinstance(tree, int):
+        return tree
+    op, args = tree
+    values = sorted(value(a) for a in args)
+    if op == "MIN":
+        return values[0]
+    if op == "MAX":
+        return values[-1]
+    if op == "SM":
+        return sum(values) % 10
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) // 2
+
+
+def selected_arguments(tree: Tree) -> list[Tree]:
+    """The arguments an operator needs: its result's holder(s), shallowest among equals."""
+    op, args = tree
+    if op == "SM":
+        return list(args)
+    values = sorted(value(a) for a in args)
+    if op == "MIN":
+        wanted = [values[0]]
+    elif op == "MAX":
+        wanted = [values[-1]]
+    else:
+        n = len(values)
+        wanted = [values[n // 2]] if n % 2 else [values[n // 2 - 1], values[n // 2]]
+    chosen, pool = [], sorted(args, key=dependency_depth)
+    for v in wanted:
+        pick = next(a for a in pool if value(a) == v)
+        pool.remove(pick)
+        chosen.append(pick)
+    return chosen
+
+
+@lru_cache(maxsize=1 << 16)
+def dependency_depth(tree: Tree) -> int:
+    """Depth after pruning unselected branches (a digit has depth 0)."""
+    if isinstance(tree, int):
+        return 0
+    return 1 + max(dependency_depth(a) for a in selected_arguments(tree))
+
+
+def nesting_depth(tree: Tree) -> int:
+    if isinstance(tree, int):
+        return 0
+    return 1 + max(nesting_depth(a) for a in tree[1])
+
+
+def tokens(tree: Tree) -> list[str]:
+    if isinstance(tree, int):
+        return [str(tree)]
+    op, args = tree
+    return [f"[{op}", *(t for a in args for t in tokens(a)), "]"]
+
+
+class ListOpsTask(SequenceClassificationTask):
+    config: ListOpsConfig
+    eval_splits = ["iid_valid", "ood_valid", "test"]
+
+    def generate(self, depth: int, rng: np.random.Generator, budget: int) -> Tree | None:
+        """A tree of dependency depth exactly ``depth`` with at most ``budget`` tokens, or None.
+
+        One argument is a tree of depth ``depth - 1``; the operator and the other arguments
+        (digits, or with probability ``sublist_probability`` small lists of depth 1-2) are
+        redrawn until that argument is selected.
+        """
+        cfg = self.config
+        if depth == 0:
+            return int(rng.integers(10))
+        deep = self.generate(depth - 1, rng, budget - 3)
+        if deep is None:
+            return None
+        for _ in range(30):
+            n_args = int(rng.integers(cfg.min_arguments, cfg.max_arguments + 1))
+            op = OPERATORS[int(rng.integers(len(OPERATORS)))]
+            args = [self.generate(int(rng.integers(1, min(depth - 1, 2) + 1)), rng, 12)
+                    if depth > 1 and rng.random() < cfg.sublist_probability
+                    else int(rng.integers(10)) for _ in range(n_args - 1)]
+            if any(a is None for a in args):
+                continue
+            args.insert(int(rng.integers(n_args)), deep)
+            tree = (op, tuple(args))
+            if len(tokens(tree)) <= budget and dependency_depth(tree) == depth:
+                return tree
+        return None
+
+    def build(self):
+        cfg = self.config
+        rng = np.random.default_rng(cfg.data_seed)
+        vocab = Vocabulary([BEGIN, END, *(f"[{op}" for op in OPERATORS), "]", *map(str, range(10))])
+        seen: set[str] = set()
+        splits = {"iid_valid": self._sample(rng, cfg.train_depths, cfg.iid_valid_size, seen, True),
+                  "train": self._sample(rng, cfg.train_depths, cfg.train_size, seen, False)}
+        for name, depths, size in (("ood_valid", cfg.ood_valid_depths, cfg.ood_valid_size),
+                                   ("test", cfg.test_depths, cfg.test_size)):
+            splits[name] = self._sample(rng, depths, size, set(), True)
+        order = ["train", "iid_valid", "ood_valid", "test"]
+        return vocab, {k: self._encode(vocab, splits[k]) for k in order}
+
+    def _sample(self, rng, depths, size, seen: set[str], distinct: bool):
+        levels = list(range(depths[0], depths[1] + 1))
+        examples = []
+        for i, depth in enumerate(levels):
+            want = size // len(levels) + (i < size % len(levels))
+            got = 0
+            while got < want:
+                tree = self.generate(depth, rng, self.config.max_tokens)
+                if tree is None:
+                    continue
+                text = " ".join(tokens(tree))
+                if text in seen:
+                    continue
+                if distinct:
+                    seen.add(text)
+                examples.append((tree, depth))
+                got += 1
+        return examples
+
+    def _encode(self, vocab, examples):
+        framed = lambda t: [BEGIN, *t, END] if self.config.boundary_tokens else t
+        return encode_examples(vocab, [framed(tokens(t)) for t, _ in examples],
+                               [str(value(t)) for t, _ in examples],
+                               {"depth": [d for _, d in examples]})
+
+
+@registry.register("task", "listops", ListOpsConfig,
+                   "ListOps with dependency-depth control (NDR, thesis Sec. 5.2.3)")
+def make_listops(config: ListOpsConfig) -> ListOpsTask:
+    return ListOpsTask(config)

@@ -1,0 +1,141 @@
+"""Two modules of the Mathematics Dataset (Saxton et al. 2019), generated in sglab.
+
+Character-level question -> answer pairs, e.g. ``What is -5 - 110911?`` -> ``-110916``
+(``arithmetic__add_or_sub``) and ``What is the hundreds digit of 17105927?`` -> ``9``
+(``numbers__place_value``). The published generator does not install beside current
+torch, so these are re-implementations of the two modules: same question templates
+(a representative subset), same answer rules, difficulty by number size. The data
+are statistically similar to the released files, not identical to them.
+
+Difficulty settings (``entropy`` = decimal digits of randomness in a question):
+
+================  ===================================  =================================
+split             arithmetic__add_or_sub               numbers__place_value
+================  ===================================  =================================
+train             entropy ~ U[3, 10] (easy..hard)      2-9 digit integers
+iid_valid         interpolate: entropy ~ U[8, 10]      interpolate: 2-9 digits
+test              extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits (new
+                  (the ``*_big`` modules)               place names: billions and up)
+================  ===================================  =================================
+
+As in the thesis code, questions that occur in an evaluation split are removed from
+training (deduplication by question text). In add_or_sub the entropy is split at
+random between the two operands; each operand is an integer or, with probability
+1/2, a decimal with 1-3 decimal places (the operand keeps at least one digit before
+the point), and negative with probability 1/2. Answers are exact decimals without
+trailing zeros.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from sglab import registry
+from sglab.config import TaskConfig
+from sglab.tasks.seq2seq import Seq2SeqTask
+
+ADD_TEMPLATES = ("What is {p} + {q}?", "Add {p} and {q}.", "Sum {p} and {q}.",
+                 "Total of {p} and {q}.", "Put together {p} and {q}.", "{p} + {q}",
+                 "Work out {p} + {q}.", "Calculate {p} + {q}.", "Add together {p} and {q}.",
+                 "What is {p} plus {q}?", "In base 10, what is {p} + {q}?")
+SUB_TEMPLATES = ("What is {p} - {q}?", "Calculate {p} - {q}.", "Work out {p} - {q}.",
+                 "{p} - {q}", "What is {p} minus {q}?", "Subtract {q} from {p}.",
+                 "What is {p} take away {q}?", "What is the difference between {p} and {q}?",
+                 "In base 10, what is {p} - {q}?")
+PLACE_NAMES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands",
+               "millions", "ten millions", "hundred millions", "billions", "ten billions",
+               "hundred billions")
+MODULES = ("arithmetic__add_or_sub", "numbers__place_value")
+# (low, high) entropy for add_or_sub, digit counts for place_value
+DIFFICULTY = {
+    "arithmetic__add_or_sub": {"train": (3, 10), "iid_valid": (8, 10), "test": (12, 14)},
+    "numbers__place_value": {"train": (2, 9), "iid_valid": (2, 9), "test": (10, 12)},
+}
+
+
+def format_decimal(value: Decimal) -> str:
+    """Plain notation without trailing zeros or a negative zero: 1.50 -> 1.5, -0 -> 0."""
+    text = format(value.normalize(), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def random_operand(rng: np.random.Generator, entropy: float) -> Decimal:
+    """A signed integer or decimal with about ``entropy`` random decimal digits."""
+    digits = max(1, int(round(entropy)))
+    magnitude = int(rng.integers(0, 10 ** digits))
+    places = int(rng.integers(1, min(3, digits - 1) + 1)) if digits > 1 and rng.random() < 0.5 else 0
+    value = Decimal(magnitude).scaleb(-places)
+    return -value if rng.random() < 0.5 else value
+
+
+def add_or_sub_example(rng: np.random.Generator, entropy: float) -> tuple[str, str]:
+    share = rng.uniform(0.3, 0.7)
+    p, q = random_operand(rng, entropy * share), random_operand(rng, entropy * (1 - share))
+    if rng.random() < 0.5:
+        template, answer = ADD_TEMPLATES[rng.integers(len(ADD_TEMPLATES))], p + q
+    else:
+        template, answer = SUB_TEMPLATES[rng.integers(len(SUB_TEMPLATES))], p - q
+    question = template.format(p=format_decimal(p), q=format_decimal(q))
+    return question, format_decimal(answer)
+
+
+def place_value_example(rng: np.random.Generator, digits: int) -> tuple[str, str]:
+    leading = str(int(rng.integers(1, 10)))
+    rest = "".join(str(int(d)) for d in rng.integers(0, 10, size=digits - 1))
+    number = leading + rest
+    position = int(rng.integers(len(number)))  # counted from the units digit
+    question = f"What is the {PLACE_NAMES[position]} digit of {number}?"
+    return question, number[len(number) - 1 - position]
+
+
+def generate(module: str, split: str, n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """``n`` examples of a module at a split's difficulty (duplicates possible)."""
+    low, high = DIFFICULTY[module][split]
+    if module == "arithmetic__add_or_sub":
+        return [add_or_sub_example(rng, rng.uniform(low, high)) for _ in range(n)]
+    return [place_value_example(rng, int(rng.integers(low, high + 1))) for _ in range(n)]
+
+
+class MathematicsConfig(TaskConfig):
+    name: Literal["mathematics"] = "mathematics"
+    module: Literal["arithmetic__add_or_sub", "numbers__place_value"] = "numbers__place_value"
+    train_size: int = Field(100_000, ge=10, description="Training questions (before dedup).")
+    eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
+    eval_oracle_length: bool = Field(False, description="Also log oracle-length exact match.")
+
+
+class MathematicsTask(Seq2SeqTask):
+    """Splits: ``train``, ``iid_valid`` (interpolate), ``test`` (extrapolate)."""
+
+    config: MathematicsConfig
+
+    def build_examples(self) -> dict[str, list[tuple[str, str]]]:
+        cfg = self.config
+        rng = np.random.default_rng(cfg.data_seed)
+        held_out = {split: generate(cfg.module, split, cfg.eval_size, rng)
+                    for split in ("iid_valid", "test")}
+        seen = {q for examples in held_out.values() for q, _ in examples}
+        train = [e for e in generate(cfg.module, "train", cfg.train_size, rng) if e[0] not in seen]
+        return {"train": train, **held_out}
+
+    def symbols(self) -> list[str]:
+        text = "".join(ADD_TEMPLATES + SUB_TEMPLATES + PLACE_NAMES) + "What is the digit of?"
+        return sorted(set(text) | set("0123456789-."))
+
+    def tokenize(self, text: str) -> list[str]:
+        return list(text)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return "".join(tokens)
+
+
+@registry.register("task", "mathematics", MathematicsConfig,
+                   "Mathematics Dataset modules add_or_sub and place_value (Saxton et al.)")
+def make_mathematics(config: MathematicsConfig) -> MathematicsTask:
+    return MathematicsTask(config)

@@ -1,0 +1,88 @@
+"""End to end: ndr-ctl at its quick preset; routing traces; the other NDR experiments' grids."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sglab import registry
+from sglab.analysis.routing import active_steps, gate_activity, max_over_heads, routing_trace
+from sglab.config import build_run_config
+from sglab.experiments import run_experiment
+from sglab.experiments.ndr import first_open_steps
+from sglab.models import build_model
+
+
+@pytest.fixture(scope="module")
+def ctl_quick(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ndr-ctl")
+    results = run_experiment(registry.experiment("ndr-ctl"), "quick", root / "out", root / "runs",
+                             workers=1, printer=lambda _: None)
+    return root, results
+
+
+def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
+    root, results = ctl_quick
+    ids = [c["id"] for c in results["claims"]]
+    assert ids == ["ndr-generalizes-both-directions", "transformers-fail-on-longer",
+                   "rel-gate-forward-only", "abs-rel-gate-both-directions",
+                   "lstm-forward-bilstm-both", "ndr-needs-depth-4", "ndr-gates-open-in-order"]
+    assert all(c["evidence"] and c["passed"] in (True, False, None) for c in results["claims"])
+    # 7 models x 2 directions + the shallow NDR x 2 directions
+    assert len(results["runs"]) == 16
+    table = results["sections"][0]["tables"][0]
+    assert [row[0] for row in table["rows"]] == ["Transformer", "+ rel", "+ rel + gate",
+                                                  "+ abs/rel + gate", "NDR", "LSTM", "BiLSTM",
+                                                  "NDR, 4 steps"]
+    assert "test backward" in table["columns"]
+    html = (root / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64") >= 3  # curves, attention, gates
+    assert json.loads((root / "out" / "results.json").read_text())["claims"] == results["claims"]
+
+
+def test_selected_checkpoint_is_the_best_ood_validation_record(ctl_quick):
+    root, results = ctl_quick
+    for run_id in results["runs"]:
+        summary = json.loads((root / "runs" / run_id / "summary.json").read_text())
+        records = [json.loads(line) for line in
+                   (root / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+        best = max(r["ood_valid/exact_match"] for r in records)
+        assert summary["best"]["value"] == best
+        assert summary["best"]["metric"] == "ood_valid/exact_match"
+
+
+def test_routing_trace_has_one_map_per_step_including_extra_test_steps():
+    config = build_run_config({"task": {"name": "ctl"}}, [
+        "model.attention=geometric", "model.copy_gate=true", "model.norm=post",
+        "model.attention_mask=bidirectional", "model.pos_encoding=none", "model.readout=last",
+        "model.d_model=16", "model.n_heads=2", "model.shared_layers=true", "model.n_layers=3",
+        "model.eval_steps=6"])
+    torch.manual_seed(0)
+    model = build_model(config.model, 24, 14)
+    ids = torch.randint(1, 24, (2, 9))
+    mask = torch.arange(9)[None] < torch.tensor([[7], [9]])
+    trace = routing_trace(model, ids, mask)
+    assert trace["attention"].shape == (6, 2, 7, 7)  # steps, heads, real columns only
+    assert trace["gates"].shape == (6, 7, 16)
+    assert max_over_heads(trace["attention"]).shape == (6, 7, 7)
+    activity = gate_activity(trace["gates"])
+    assert torch.all((activity > 0) & (activity < 0.5))  # bias -3: gates start nearly closed
+    assert not active_steps(trace["gates"]).any()
+
+
+def test_first_open_steps():
+    activity = np.array([[0.1, 0.9, 0.0], [0.7, 0.9, 0.2], [0.2, 0.1, 0.3]])
+    assert first_open_steps(activity) == [2, 1, None]
+
+
+@pytest.mark.parametrize("name", ["ndr-arithmetic", "ndr-listops"])
+def test_depth_experiments_build_valid_grids(name):
+    experiment = registry.experiment(name)
+    for preset in ("quick", "default", "paper"):
+        configs = experiment.configs(experiment.preset(preset), [])
+        models = {(c.model.name, getattr(c.model, "attention", None),
+                   getattr(c.model, "pos_encoding", None)) for c in configs}
+        assert len(configs) == 6 * len(experiment.preset(preset)["seeds"])
+        assert ("transformer", "geometric", "none") in models
+        assert all(c.train.target_metric == "ood_valid/exact_match" for c in configs)

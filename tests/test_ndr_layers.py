@@ -1,0 +1,198 @@
+"""Layers of the Neural Data Router: geometric attention, copy gate, shared layers, readout."""
+
+import pytest
+import torch
+
+from sglab.analysis.hooks import capture
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.models import build_model
+from sglab.models.geometric import GeometricAttention, geometric_weights
+
+NDR = ["model.attention=geometric", "model.copy_gate=true", "model.norm=post",
+       "model.attention_mask=bidirectional", "model.pos_encoding=none", "model.readout=last",
+       "model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.tie_embeddings=false"]
+
+
+def direct_geometric(logits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Eqs. 5.7-5.8 evaluated literally: A_ij = P_ij * prod over S_ij of (1 - P_ik)."""
+    p = torch.sigmoid(logits.double())
+    n = p.shape[-1]
+    out = torch.zeros_like(p)
+    for i in range(n):
+        for j in range(n):
+            if i == j or not real[j]:
+                continue
+            if i < j:
+                s = [k for k in range(n) if k not in (i, j) and abs(i - k) < abs(i - j)]
+            else:
+                s = [k for k in range(n) if k not in (i, j) and abs(i - k) <= abs(i - j)]
+            weight = p[i, j]
+            for k in s:
+                if real[k]:  # padded columns are transparent
+                    weight = weight * (1 - p[i, k])
+            out[i, j] = weight
+    return out
+
+
+@pytest.mark.parametrize("length,n_real", [(7, 7), (9, 6), (1, 1), (2, 1)])
+def test_geometric_weights_equal_direct_product_over_S(length, n_real):
+    torch.manual_seed(length)
+    logits = torch.randn(3, length, length) * 3
+    logits[0] = 0.7  # every P equal: ties decide the order (right side counts as closer)
+    real = torch.arange(length) < n_real
+    fast = geometric_weights(logits, real[None, None, :])
+    for b in range(3):
+        expected = direct_geometric(logits[b], real)
+        assert torch.allclose(fast[b].double(), expected, atol=1e-5), b
+
+
+def test_geometric_ties_prefer_the_right_source_and_rows_sum_below_one():
+    logits = torch.full((1, 5, 5), 10.0)  # every source matches almost surely
+    weights = geometric_weights(logits)[0]
+    assert torch.all(weights.diagonal() == 0)
+    # from the middle column both neighbours match; the right one is closer by the tie rule
+    assert weights[2, 3] > 0.99 and weights[2, 1] < 0.01
+    assert torch.all(weights.sum(-1) <= 1 + 1e-6)
+    normalized = geometric_weights(torch.randn(2, 6, 6), normalize=True)
+    assert torch.allclose(normalized.sum(-1), torch.ones(2, 6), atol=1e-5)
+
+
+def test_geometric_attention_ignores_padding_and_has_directional_channels():
+    torch.manual_seed(0)
+    attention = GeometricAttention(16, 2).eval()
+    x = torch.randn(1, 6, 16)
+    mask = torch.tensor([[True] * 4 + [False] * 2])
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(1, 2, 16)
+    a, b = attention(x, mask), attention(changed, mask)
+    assert torch.allclose(a[:, :4], b[:, :4], atol=1e-6)
+    # with zero content weights, the direction term alone decides left vs right
+    with torch.no_grad():
+        attention.query.weight.zero_()
+        attention.query.bias.zero_()
+        attention.direction.weight.zero_()
+        attention.direction.bias.copy_(torch.tensor([8.0, 8.0, -8.0, -8.0]))  # LR on, RL off
+    weights = attention.logits(x)
+    pattern = geometric_weights(weights)
+    assert pattern[0, :, 2, 3].min() > 0.99 and pattern[0, :, 2, :2].max() < 1e-3
+
+
+def _ndr(*overrides: str):
+    config = build_run_config({"task": {"name": "ctl"}}, [*NDR, *overrides])
+    torch.manual_seed(0)
+    return config, build_model(config.model, 24, 14)
+
+
+def test_gate_bias_starts_at_minus_three():
+    _, model = _ndr("model.n_layers=3")
+    for block in model.blocks:
+        assert torch.all(block.gate_ffn.out.bias == -3.0)
+        assert block.gate_ffn.out.weight.shape == (16, 16) and block.gate_ffn.up.weight.shape == (16, 16)
+    _, other = _ndr("model.n_layers=1", "model.copy_gate_bias_init=-1.5")
+    assert torch.all(other.blocks[0].gate_ffn.out.bias == -1.5)
+
+
+def test_gate_dropout_of_one_forces_a_copy():
+    _, model = _ndr("model.n_layers=2", "model.gate_dropout=0.99")
+    block = model.blocks[0]
+    block.gate_dropout = 1.0  # every gate vector zeroed: h' = h exactly (Eq. 5.4 with g = 0)
+    block.train()
+    x = torch.randn(3, 5, 16)
+    assert torch.equal(block(x, None), x)
+    block.eval()  # no gate dropout in evaluation: the layer updates
+    assert not torch.allclose(block(x, None), x)
+
+
+def test_gate_dropout_zeroes_whole_columns():
+    _, model = _ndr("model.n_layers=1", "model.gate_dropout=0.5")
+    block = model.blocks[0].train()
+    torch.manual_seed(1)
+    gates = capture_train(block, torch.randn(8, 6, 16))
+    zero_columns = (gates == 0).all(-1)
+    assert zero_columns.any() and (~zero_columns).any()
+    assert torch.all((gates == 0).any(-1) == zero_columns)  # zeros come as whole vectors
+
+
+def capture_train(block, x):
+    store = {}
+    handle = block.gate.register_forward_hook(lambda m, a, out: store.__setitem__("g", out))
+    block(x, None)
+    handle.remove()
+    return store["g"]
+
+
+def test_shared_layers_share_weights_and_run_extra_steps_at_test_time():
+    config, model = _ndr("model.n_layers=3", "model.shared_layers=true", "model.eval_steps=5")
+    distinct = {id(p) for p in model.parameters()}
+    assert len(distinct) == len(list(model.blocks[0].parameters())) + \
+        len([p for n, p in model.named_parameters() if not n.startswith("blocks.")])
+    x = torch.randint(1, 24, (2, 7))
+    mask = torch.ones_like(x, dtype=torch.bool)
+    model.eval()
+    names = sorted(capture(model, ["blocks.*.gate"], x, mask))
+    assert names == [f"blocks.{t}.gate" for t in range(5)]  # one hook name per step
+    model.train()
+    trained = {}
+    from sglab.analysis.hooks import watching
+    with watching(model, ["blocks.*.gate"], trained):
+        model(x, key_padding_mask=mask)
+    assert sorted(trained) == [f"blocks.{t}.gate" for t in range(3)]
+    # more steps change the prediction of the eval-mode model (the loop really runs longer)
+    model.eval()
+    five = model(x, key_padding_mask=mask)
+    model.config.eval_steps = None
+    three = model(x, key_padding_mask=mask)
+    assert five.shape == three.shape == (2, 1, 24) and not torch.allclose(five, three)
+
+
+def test_readout_reads_the_last_real_column():
+    _, model = _ndr("model.n_layers=2", "model.readout=last")
+    model.eval()
+    x = torch.randint(1, 24, (1, 6))
+    padded = torch.cat([x, torch.zeros(1, 3, dtype=torch.long)], 1)
+    mask = torch.arange(9)[None] < 6
+    assert torch.allclose(model(x, key_padding_mask=torch.ones_like(x, dtype=torch.bool)),
+                          model(padded, key_padding_mask=mask), atol=1e-5)
+
+
+def test_bad_ndr_configs_are_clear_errors():
+    with pytest.raises(SglabError, match="bidirectional"):
+        build_run_config({}, ["model.attention=geometric"])
+    with pytest.raises(SglabError, match="norm=post"):
+        build_run_config({}, ["model.copy_gate=true", "model.attention_mask=bidirectional"])
+    with pytest.raises(SglabError, match="shared_layers"):
+        build_run_config({}, ["model.eval_steps=4"])
+    with pytest.raises(SglabError, match="readout"):
+        from sglab.tasks import build_task
+        build_task(build_run_config({"task": {"name": "ctl"}}, []).task).check_model(
+            build_run_config({}, ["model.attention_mask=bidirectional"]).model)
+
+
+def test_abs_rel_gated_attention_switches_between_relative_and_absolute_positions():
+    from sglab.models.abs_rel import AbsRelGatedAttention
+
+    torch.manual_seed(0)
+    attention = AbsRelGatedAttention(16, 2).eval()
+    with torch.no_grad():  # position-only scores: no content term
+        attention.key.weight.zero_()
+        attention.switch.weight.zero_()
+    x = torch.randn(1, 1, 16).expand(1, 8, 16)  # identical columns: only positions differ
+    store = {}
+
+    def pattern(bias: float) -> torch.Tensor:
+        with torch.no_grad():
+            attention.switch.bias.fill_(bias)
+        handle = attention.pattern.register_forward_hook(lambda m, a, out: store.__setitem__("p", out))
+        attention(x)
+        handle.remove()
+        return store["p"][0]
+
+    relative = pattern(30.0)  # r = 1: scores depend on the offset i - j only
+    ratio = lambda p, i, j, k: p[:, i, j] / p[:, i, k]  # softmax normalizers cancel
+    assert torch.allclose(ratio(relative, 3, 2, 5), ratio(relative, 4, 3, 6), rtol=1e-4)
+    assert not torch.allclose(relative[:, 0], relative[:, 5], atol=1e-3)
+    absolute = pattern(-30.0)  # r = 0: scores depend on the source index j only
+    assert torch.allclose(absolute[:, 0], absolute[:, 5], atol=1e-5)
+    padded = capture(attention, ["pattern"], x, torch.tensor([[True] * 6 + [False] * 2]))
+    assert torch.all(padded["pattern"][..., 6:] == 0)

@@ -1,0 +1,123 @@
+"""CTL, arithmetic and ListOps: rule-generated, split by length/depth, balanced, correct labels."""
+
+import collections
+
+import pytest
+import torch
+
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.tasks import build_task
+from sglab.tasks.listops import dependency_depth, tokens, value
+
+
+def _task(name, **fields):
+    return build_task(build_run_config({"task": {"name": name, **fields}}, []).task)
+
+
+def _texts(task, split):
+    data = task.split(split)
+    return [tuple(data.tokens[i, : data.lengths[i]].tolist()) for i in range(len(data))]
+
+
+def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
+    task = _task("ctl", train_size=3000)
+    lengths = {name: collections.Counter(task.split(name).groups["length"].tolist())
+               for name in task.split_names}
+    assert set(lengths["train"]) == {1, 2, 3, 4, 5}
+    assert set(lengths["ood_valid"]) == {6, 7, 8} and set(lengths["test"]) == {9, 10}
+    train = task.split("train")
+    singles = {tuple(train.tokens[i, 1:3].tolist()) for i in range(len(train))
+               if int(train.groups["length"][i]) == 1}
+    assert len(singles) == 9 * 8  # every function on every symbol
+    for name in ("ood_valid", "test"):
+        counts = list(lengths[name].values())
+        assert max(counts) - min(counts) <= 1
+    assert max(lengths["train"].values()) - min(lengths["train"].values()) <= 1  # balanced 1-5
+    once = _task("ctl", train_size=3000, singles="once")
+    assert collections.Counter(once.split("train").groups["length"].tolist())[1] == 72
+    assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+    assert len(set(_texts(task, "test"))) == len(task.split("test"))
+    # relabel by hand: forward input '<B> s f1 .. fL <E>' -> fL(..f1(s))
+    data = task.split("test")
+    for i in range(20):
+        words = task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1])
+        symbol = task.symbol_names.index(words[0])
+        for f in words[1:]:
+            symbol = int(task.tables[task.function_names.index(f), symbol])
+        assert task.vocab.decode([data.labels[i]]) == [task.symbol_names[symbol]]
+
+
+def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_deterministic():
+    forward, backward = _task("ctl", train_size=500), _task("ctl", train_size=500,
+                                                            direction="backward")
+    f, b = forward.split("test"), backward.split("test")
+    assert torch.equal(f.labels, b.labels)
+    for i in range(10):
+        n = int(f.lengths[i])
+        assert torch.equal(f.tokens[i, 1: n - 1], b.tokens[i, 1: n - 1].flip(0))
+    again = _task("ctl", train_size=500)
+    assert torch.equal(again.split("train").tokens, forward.split("train").tokens)
+    other = _task("ctl", train_size=500, data_seed=1)
+    assert not (other.tables == forward.tables).all()
+
+
+def test_arithmetic_values_depths_and_splits():
+    task = _task("arithmetic", train_size=1500)
+    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("test", (7, 8))):
+        data = task.split(split)
+        depths = collections.Counter(data.groups["depth"].tolist())
+        assert set(depths) == set(range(low, high + 1))
+        assert max(depths.values()) - min(depths.values()) <= 1
+        for i in range(0, len(data), max(len(data) // 50, 1)):
+            text = "".join(task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1]))
+            # mod 10 commutes with + and *, so Python's value mod 10 is the label
+            assert task.vocab.decode([data.labels[i]]) == [str(eval(text) % 10)]
+            nesting = max(text[:k].count("(") - text[:k].count(")") for k in range(len(text) + 1))
+            assert nesting == int(data.groups["depth"][i])
+            assert len(text) <= 50
+    assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+
+
+def test_listops_values_and_dependency_depth_on_hand_built_trees():
+    leaf_list = ("MAX", (2, 4, 0, 8, 9))                       # = 9
+    assert value(leaf_list) == 9 and dependency_depth(leaf_list) == 1
+    # MIN picks 1: the deep branch is never selected, so it is pruned
+    pruned = ("MIN", (1, ("SM", (("MAX", (3, 4)), 5))))
+    assert value(pruned) == 1 and dependency_depth(pruned) == 1
+    # ... unless it holds the minimum
+    chosen = ("MIN", (7, ("SM", (("MAX", (3, 4)), 5))))      # SM(4, 5) = 9 -> MIN = 7
+    assert value(chosen) == 7 and dependency_depth(chosen) == 1
+    chosen = ("MIN", (9, ("SM", (("MAX", (3, 1)), 2))))      # SM(3, 2) = 5 -> MIN = 5
+    assert value(chosen) == 5 and dependency_depth(chosen) == 3
+    # MED of an even count: floor of the mean of the two middle values; both are needed
+    med = ("MED", (("MIN", (8, 5)), 1, ("MAX", (("SM", (3, 3)), 2)), 9))  # 5, 1, 6, 9 -> (5+6)//2
+    assert value(med) == 5 and dependency_depth(med) == 3
+    # ties: the shallowest holder of the value is enough
+    tie = ("MAX", (6, ("MAX", (("MIN", (6, 7)), 1))))
+    assert value(tie) == 6 and dependency_depth(tie) == 1
+    # SM needs every argument
+    assert dependency_depth(("SM", (1, ("SM", (("SM", (1, 2)), 3))))) == 3
+    assert tokens(("MED", (4, ("MAX", (8, 4))))) == ["[MED", "4", "[MAX", "8", "4", "]", "]"]
+
+
+def test_listops_splits_have_the_requested_dependency_depths():
+    task = _task("listops", train_size=600, iid_valid_size=100, ood_valid_size=60, test_size=60)
+    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("test", (7, 8))):
+        data = task.split(split)
+        depths = collections.Counter(data.groups["depth"].tolist())
+        assert set(depths) == set(range(low, high + 1))
+        assert max(depths.values()) - min(depths.values()) <= 1
+        assert int(data.lengths.max()) <= 52
+    assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+
+
+def test_classification_tasks_need_a_classifier_model():
+    task = _task("ctl", train_size=200)
+    with pytest.raises(SglabError, match="readout"):
+        task.check_model(build_run_config({}, ["model.attention_mask=bidirectional"]).model)
+    with pytest.raises(SglabError, match="bidirectional"):
+        task.check_model(build_run_config({}, ["model.readout=last"]).model)
+    task.check_model(build_run_config({}, ["model.name=lstm"]).model)
+    batch = task.train_batch(8, torch.Generator().manual_seed(0), causal=False)
+    assert batch.targets.shape == (8, 1) and batch.key_padding_mask.shape == batch.input_ids.shape

@@ -1,0 +1,88 @@
+"""Loaders for published data sets, on a small fixture in the published layout."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.tasks import build_task
+from sglab.tasks.published import CHECKSUMS, read_cfq, read_cogs, read_pcfg, sha256
+
+FIXTURES = Path(__file__).parent / "fixtures" / "published"
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A writable copy of the fixture (loaders record checksums beside the files)."""
+    shutil.copytree(FIXTURES, tmp_path / "data")
+    return tmp_path / "data"
+
+
+def test_cogs_reads_every_split_and_records_checksums(data):
+    lines = []
+    splits = read_cogs(data / "cogs", printer=lines.append)
+    assert {k: len(v) for k, v in splits.items()} == {"train": 3, "iid_valid": 1, "iid_test": 1,
+                                                      "test": 2}
+    assert splits["test"][0] == ("A cake smiled .",
+                                 "* cake ( x _ 1 ) ; smile . agent ( x _ 2 , x _ 1 )",
+                                 "subj_to_obj_common")
+    sums = (data / "cogs" / CHECKSUMS).read_text()
+    assert f"{sha256(data / 'cogs' / 'gen.tsv')}  gen.tsv" in sums and "recorded" in lines[0]
+    lines.clear()
+    read_cogs(data / "cogs", printer=lines.append)  # verified, nothing new to record
+    assert lines == []
+
+
+def test_a_changed_file_fails_its_checksum(data):
+    read_cogs(data / "cogs", printer=lambda _: None)
+    with (data / "cogs" / "dev.tsv").open("a") as handle:
+        handle.write("A dog ran .\t* dog ( x _ 1 ) ; run . agent ( x _ 2 , x _ 1 )\tin_distribution\n")
+    with pytest.raises(SglabError, match="dev.tsv does not match its checksum"):
+        read_cogs(data / "cogs", printer=lambda _: None)
+
+
+def test_missing_files_error_names_the_expected_files(data):
+    (data / "cogs" / "gen.tsv").unlink()
+    with pytest.raises(SglabError) as error:
+        read_cogs(data / "cogs")
+    message = str(error.value)
+    assert "missing gen.tsv" in message and "train.tsv, dev.tsv, test.tsv, gen.tsv" in message
+    assert "github.com/najoungkim/COGS" in message
+    with pytest.raises(SglabError, match="cfq1.1.tar.gz"):
+        read_cfq(data / "nowhere", "mcd1")
+
+
+def test_malformed_lines_are_reported_with_their_location(data):
+    (data / "cogs" / "test.tsv").write_text("only one field\n")
+    with pytest.raises(SglabError, match=r"test.tsv:1: expected 3 tab-separated fields"):
+        read_cogs(data / "cogs", printer=lambda _: None)
+
+
+def test_pcfg_pairs_lines_and_checks_alignment(data):
+    splits = read_pcfg(data / "pcfgset", "productivity", printer=lambda _: None)
+    assert splits["test"] == [("reverse copy A1 B2", "B2 A1"),
+                              ("echo append A1 , B2 C3", "A1 B2 C3 C3")]
+    folder = data / "pcfgset" / "productivity"
+    (folder / "train.tgt").write_text("A1 B2\n")
+    (folder / CHECKSUMS).unlink()
+    with pytest.raises(SglabError, match="line-aligned"):
+        read_pcfg(data / "pcfgset", "productivity", printer=lambda _: None)
+
+
+def test_cfq_uses_the_entity_masked_fields_with_official_preprocessing(data):
+    splits = read_cfq(data / "cfq", "mcd1", printer=lambda _: None)
+    assert splits["train"][0] == ("Did M0 direct M1 ?",
+                                  "SELECT count(*) WHERE { M0 film.director.film M1 }")
+    assert [len(splits[k]) for k in ("train", "ood_valid", "test")] == [2, 1, 1]
+
+
+def test_published_data_trains_as_a_seq2seq_task(data):
+    config = build_run_config({"task": {"name": "cogs", "data_dir": str(data / "cogs")},
+                               "model": {"name": "seq2seq", "d_model": 16, "n_heads": 2,
+                                         "d_ff": 16, "n_layers": 1}})
+    task = build_task(config.task)
+    assert task.eval_splits == ["iid_valid", "iid_test", "test"]
+    assert task.pairs_text("iid_valid") == [
+        ("A dog smiled .", "* dog ( x _ 1 ) ; smile . agent ( x _ 2 , x _ 1 )")]
