@@ -122,34 +122,37 @@ def step_overhead(config: RunConfig, scratch: Path) -> dict[str, float]:
                 max(trainer_seconds - data_seconds - compute_seconds, 0.0) / trainer_seconds}
 
 
-def benchmark(spec: SweepSpec, use_ray: bool, root: Path) -> dict[str, float]:
+def benchmark(spec: SweepSpec, use_ray: bool, root: Path,
+              modes: tuple[str, ...] = ("sequential", "pool", "ensemble", "ray")) -> dict[str, float]:
     configs = expand(spec)
     total_steps = sum(c.train.steps for c in configs)
     print(f"{spec.name}: {len(configs)} runs ({len(configs) // len(spec.seeds)} cells x "
           f"{len(spec.seeds)} seeds) x {configs[0].train.steps} steps on {available_cores()} core(s)",
           flush=True)
     quiet = lambda line: None  # noqa: E731
-    seconds = {
-        "sequential": timed("sequential", lambda: run_sequential(configs, root / "sequential")),
-        "pool": timed("pool", lambda: run_configs(configs, root / "pool", quiet=True,
-                                                  ensemble=False, printer=quiet)),
-        "ensemble": timed("ensemble", lambda: run_configs(configs, root / "ensemble", quiet=True,
-                                                          printer=quiet)),
+    ways = {
+        "sequential": lambda: run_sequential(configs, root / "sequential"),
+        "pool": lambda: run_configs(configs, root / "pool", quiet=True, ensemble=False,
+                                    printer=quiet),
+        "ensemble": lambda: run_configs(configs, root / "ensemble", quiet=True, printer=quiet),
     }
-    if use_ray:
+    seconds = {name: timed(name, way) for name, way in ways.items() if name in modes}
+    if use_ray and "ray" in modes:
         from sglab.sweep.ray_backend import run_configs_ray
 
         seconds["ray"] = timed("ray", lambda: run_configs_ray(configs, root / "ray",
                                                               printer=quiet, poll_seconds=1.0))
     throughput = {k: total_steps / v for k, v in seconds.items()}
+    reference = throughput.get("sequential", next(iter(throughput.values())))
+    reference_name = "sequential" if "sequential" in throughput else next(iter(throughput))
     for key, value in throughput.items():
         print(f"  {key:10s} {value:8.1f} model-steps/s  "
-              f"({value / throughput['sequential']:.2f}x sequential)")
+              f"({value / reference:.2f}x {reference_name})")
     overhead_config = configs[0].model_copy(update={"train": configs[0].train.model_copy(
         update={"threads": 1})})
     fractions = step_overhead(overhead_config, root / "overhead")
     print("  step time (1 thread): " + ", ".join(f"{k} {v:.0%}" for k, v in fractions.items()))
-    return {k: v / throughput["sequential"] for k, v in throughput.items()}
+    return {k: v / reference for k, v in throughput.items()}
 
 
 def main() -> int:
@@ -160,6 +163,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend")
     parser.add_argument("--tasks", default="addition,anchors")
+    parser.add_argument("--modes", default="sequential,pool,ensemble,ray",
+                        help="which ways to run the sweep (ratios are to the first one given)")
     args = parser.parse_args()
     seeds = args.seeds or (3 if args.quick else 5)
     steps = args.steps or (40 if args.quick else 300)
@@ -179,11 +184,12 @@ def main() -> int:
             if spec is None:
                 print(f"{name}: not available, skipped")
                 continue
-            ratios[name] = benchmark(spec, use_ray, root / name)
+            ratios[name] = benchmark(spec, use_ray, root / name, tuple(args.modes.split(",")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     first = next(iter(ratios.values()))
-    print(f"ensemble/sequential throughput ratio: {first['ensemble']:.2f}")
+    if "ensemble" in first and "sequential" in args.modes:
+        print(f"ensemble/sequential throughput ratio: {first['ensemble']:.2f}")
     return 0
 
 

@@ -21,6 +21,9 @@ def test_plan_groups_seeds_of_a_cell_and_splits_for_workers(tmp_path):
     assert sorted(i for j in jobs for i in j) == list(range(6))
     assert sorted(len(j) for j in plan_jobs(configs, tmp_path, min_jobs=4)) == [1, 1, 2, 2]
     assert all(len(j) == 1 for j in plan_jobs(configs, tmp_path, ensemble=False))
+    # 20 compatible runs on 2 workers: 4 equal ensembles rather than 8 + 8 + 4
+    many = grid(seeds=10, **{"model.pos_encoding": ["none"], "train.lr": [1e-3, 2e-3]})
+    assert sorted(len(j) for j in plan_jobs(many, tmp_path, min_jobs=2)) == [5, 5, 5, 5]
     # scalar hyperparameters may differ inside an ensemble, shapes may not
     lrs = grid(seeds=1, **{"train.lr": [1e-3, 2e-3]})
     assert sorted(len(j) for j in plan_jobs(lrs, tmp_path)) == [2, 2]

@@ -59,6 +59,8 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
             groups.setdefault(key, []).append(i)
     for members in groups.values():
         n_chunks = -(-len(members) // max_members)
+        if n_chunks > 1:  # split anyway: into a multiple of the workers, so none idles
+            n_chunks = -(-n_chunks // min_jobs) * min_jobs
         jobs.extend(members[c::n_chunks] for c in range(n_chunks))
     while len(jobs) < min_jobs:
         largest = max(jobs, key=len)
