@@ -209,8 +209,23 @@ class Task(ABC):
         return 256
 
 
-class PromptAnswerTask(Task):
-    """A task whose examples are (prompt, answer) token sequences; loss on the answer."""
+class SplitsTask(Task):
+    """A task whose examples live in a dict of named splits (``self.splits``)."""
+
+    splits: dict
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.splits)
+
+    def split(self, name: str):
+        if name not in self.splits:
+            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
+        return self.splits[name]
+
+
+class GeneratedSplitsTask(SplitsTask):
+    """Builds its vocabulary and right-padded splits (with ``lengths``) once, from the config."""
 
     eval_splits: list[str] = ["test"]
 
@@ -219,21 +234,18 @@ class PromptAnswerTask(Task):
         self.vocab, self.splits = self.build()
 
     @abstractmethod
-    def build(self) -> tuple[Vocabulary, dict[str, SequenceSplit]]:
+    def build(self) -> tuple[Vocabulary, dict]:
         """Generate the vocabulary and all splits deterministically."""
-
-    @property
-    def split_names(self) -> list[str]:
-        return list(self.splits)
 
     @property
     def max_length(self) -> int:
         return max(int(s.lengths.max()) for s in self.splits.values())
 
-    def split(self, name: str) -> SequenceSplit:
-        if name not in self.splits:
-            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
-        return self.splits[name]
+
+class PromptAnswerTask(GeneratedSplitsTask):
+    """A task whose examples are (prompt, answer) token sequences; loss on the answer."""
+
+    splits: dict[str, SequenceSplit]
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
         train = self.splits["train"]
@@ -329,7 +341,7 @@ def is_classifier(model_config) -> bool:
         getattr(model_config, "readout", "none") != "none"
 
 
-class SequenceClassificationTask(Task):
+class SequenceClassificationTask(GeneratedSplitsTask):
     """One label per input sequence (CTL, arithmetic, ListOps).
 
     Model contract: called as ``model(input_ids, key_padding_mask=mask)`` it returns
@@ -338,28 +350,7 @@ class SequenceClassificationTask(Task):
     Trainer's masked-target loss applies unchanged.
     """
 
-    eval_splits: list[str] = ["test"]
-
-    def __init__(self, config: TaskConfig):
-        self.config = config
-        self.vocab, self.splits = self.build()
-
-    @abstractmethod
-    def build(self) -> tuple[Vocabulary, dict[str, ClassificationSplit]]:
-        """Generate the vocabulary and all splits deterministically."""
-
-    @property
-    def split_names(self) -> list[str]:
-        return list(self.splits)
-
-    @property
-    def max_length(self) -> int:
-        return max(int(s.lengths.max()) for s in self.splits.values())
-
-    def split(self, name: str) -> ClassificationSplit:
-        if name not in self.splits:
-            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
-        return self.splits[name]
+    splits: dict[str, ClassificationSplit]
 
     def check_model(self, model_config) -> None:
         if not is_classifier(model_config):

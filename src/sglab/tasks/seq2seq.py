@@ -33,7 +33,7 @@ import torch
 
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary, target_loss
+from sglab.tasks.base import IGNORE, Batch, SplitsTask, Vocabulary, target_loss
 
 EOS = "<eos>"
 
@@ -120,10 +120,11 @@ def greedy_exact_match(model, split: PairSplit, eos_id: int, oracle_length: bool
     return sequence_exact_match(predicted, targets)
 
 
-class Seq2SeqTask(Task):
+class Seq2SeqTask(SplitsTask):
     """A task of (source, target) pairs for encoder-decoder models."""
 
     config: TaskConfig
+    splits: dict[str, PairSplit]
 
     def __init__(self, config: TaskConfig):
         self.config = config
@@ -154,15 +155,6 @@ class Seq2SeqTask(Task):
     @property
     def eval_splits(self) -> list[str]:
         return [s for s in self.splits if s != "train"]
-
-    @property
-    def split_names(self) -> list[str]:
-        return list(self.splits)
-
-    def split(self, name: str) -> PairSplit:
-        if name not in self.splits:
-            raise SglabError(f"task has no split {name!r}; splits: {', '.join(self.splits)}")
-        return self.splits[name]
 
     @property
     def max_length(self) -> int:
