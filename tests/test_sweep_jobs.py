@@ -54,3 +54,16 @@ def test_sweep_with_ensembles_matches_sweep_without(tmp_path):
     again = run_configs(configs, tmp_path / "a", workers=1, quiet=True, printer=lambda _: None)
     assert [json.dumps(s, sort_keys=True) for s in again] == [
         json.dumps(s, sort_keys=True) for s in with_ensembles]
+
+
+def test_sweep_backend_mistakes_are_clear_errors(tmp_path, capsys):
+    from sglab.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: {}\n")
+    runs = ["--runs-dir", str(tmp_path / "r")]
+    assert main(["sweep", str(spec), "--backend", "slurm", *runs]) == 2
+    assert "unknown backend 'slurm'; available: local, ray" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--address", "host:6379", *runs]) == 2
+    assert "--address only applies to --backend ray" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
