@@ -2,6 +2,7 @@
 EOS handling, greedy decoding and sequence-level exact match."""
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from sglab.tasks.base import IGNORE
 from sglab.tasks.seq2seq import (
     PairSplit,
     greedy_exact_match,
+    length_sorted_parts,
     seq2seq_batch,
     sequence_exact_match,
 )
@@ -122,6 +124,32 @@ def test_batch_trains_eos_and_starts_the_decoder_with_it(scan_task):
     assert batch.input_ids.tolist() == [[1, 15, 16, 17], [1, 18, 0, 0]]
     assert batch.targets.tolist() == [[15, 16, 17, 1], [18, 1, IGNORE, IGNORE]]
     assert batch.source_mask.tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_length_groups_partition_the_draw_and_cut_padding(scan_task):
+    train = scan_task.split("train")
+    pool = torch.randint(len(train), (4 * 16,), generator=torch.Generator().manual_seed(0))
+    # the parts a batch is chosen from are exactly the drawn pool, 16 each, in length order
+    parts = length_sorted_parts(pool, train, 4)
+    assert [len(p) for p in parts] == [16] * 4
+    assert sorted(torch.cat(parts).tolist()) == sorted(pool.tolist())
+    lengths = [train.target_lengths[p] for p in parts]
+    assert all(int(a.max()) <= int(b.min()) for a, b in zip(lengths, lengths[1:]))
+    assert int(lengths[0].min()) < int(lengths[-1].max())
+    # so training batches hold less padding, and every example is drawn equally often
+    padded, counts = {}, {}
+    for groups in (1, 8):
+        task = build_task(_config(f"task.length_groups={groups}").task)
+        generator = torch.Generator().manual_seed(0)
+        batches = [task.train_batch(64, generator, True) for _ in range(20)]
+        padded[groups] = sum(int((b.targets == IGNORE).sum()) for b in batches)
+        task.splits["train"] = task.splits["train"].subset(torch.arange(8))
+        counts[groups] = Counter(tuple(row[row > 0].tolist()) for _ in range(4000)
+                                 for row in task.train_batch(8, generator, True).source_ids)
+    assert padded[8] < 0.5 * padded[1]
+    for groups in (1, 8):  # 32000 draws of 8 examples (4000 each expected)
+        frequency = torch.tensor(list(counts[groups].values())) / 4000
+        assert len(frequency) == 8 and (frequency - 1).abs().max() < 0.15
 
 
 def test_exact_match_requires_equal_length():

@@ -37,8 +37,7 @@ import torch
 from pydantic import Field
 
 from sglab import registry
-from sglab.config import TaskConfig
-from sglab.tasks.seq2seq import Seq2SeqTask
+from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
 
 ADD_TEMPLATES = ("What is {p} + {q}?", "Add {p} and {q}.", "Sum {p} and {q}.",
                  "Total of {p} and {q}.", "Put together {p} and {q}.", "{p} + {q}",
@@ -122,12 +121,11 @@ def generate(module: str, split: str, n: int, rng: np.random.Generator) -> list[
     return [place_value_example(rng, int(rng.integers(low, high + 1))) for _ in range(n)]
 
 
-class MathematicsConfig(TaskConfig):
+class MathematicsConfig(Seq2SeqTaskConfig):
     name: Literal["mathematics"] = "mathematics"
     module: Literal["arithmetic__add_or_sub", "numbers__place_value"] = "numbers__place_value"
     train_size: int = Field(100_000, ge=10, description="Training questions (before dedup).")
     eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
-    eval_oracle_length: bool = Field(False, description="Also log oracle-length exact match.")
 
 
 class MathematicsTask(Seq2SeqTask):

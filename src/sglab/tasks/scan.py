@@ -47,9 +47,8 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.seq2seq import Seq2SeqTask
+from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
 
 PRIMITIVES = ("walk", "look", "run", "jump")
 DIRECTIONS = ("left", "right")
@@ -178,13 +177,10 @@ def format_lines(examples: list[Example]) -> str:
     return "".join(f"IN: {c} OUT: {a}\n" for c, a in examples)
 
 
-class ScanConfig(TaskConfig):
+class ScanConfig(Seq2SeqTaskConfig):
     name: Literal["scan"] = "scan"
     split: str = Field("cutoff_26", description="simple | length | addprim_jump | "
                                                 "addprim_turn_left | cutoff_L (e.g. cutoff_26)")
-    eval_oracle_length: bool = Field(
-        False, description="Also log '<split>/oracle_exact_match': decoding told the target "
-                           "length (EOS suppressed until then), as in Newman et al.")
 
     @field_validator("split")
     @classmethod

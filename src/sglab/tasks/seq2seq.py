@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
@@ -120,10 +121,35 @@ def greedy_exact_match(model, split: PairSplit, eos_id: int, oracle_length: bool
     return sequence_exact_match(predicted, targets)
 
 
+class Seq2SeqTaskConfig(TaskConfig):
+    """Fields every sequence-to-sequence task shares."""
+
+    eval_oracle_length: bool = Field(
+        False, description="Also log '<split>/oracle_exact_match': decoding told the target "
+                           "length (EOS suppressed until then), as in Newman et al.")
+    length_groups: int = Field(
+        1, ge=1, description="Draw batch_size x this many training examples, sort them by "
+                             "length and train on one of the equal parts, chosen uniformly: "
+                             "each example is as likely as before, but a batch holds similar "
+                             "lengths, so less padding is computed. 1 = plain random batches.")
+
+
+def length_sorted_parts(index: torch.Tensor, split: PairSplit, groups: int) -> list[torch.Tensor]:
+    """``index`` sorted by target, then source, length and cut into ``groups`` equal parts.
+
+    A training batch is one part chosen uniformly: every drawn example is in exactly one
+    part, so each training example keeps the probability of plain uniform sampling;
+    only the batch's composition changes (similar lengths together, less padding)."""
+    width = int(split.source_lengths.max()) + 1
+    order = torch.argsort(split.target_lengths[index] * width + split.source_lengths[index],
+                          stable=True)
+    return list(index[order].chunk(groups))
+
+
 class Seq2SeqTask(SplitsTask):
     """A task of (source, target) pairs for encoder-decoder models."""
 
-    config: TaskConfig
+    config: Seq2SeqTaskConfig
     splits: dict[str, PairSplit]
 
     def __init__(self, config: TaskConfig):
@@ -176,7 +202,11 @@ class Seq2SeqTask(SplitsTask):
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
         train = self.splits["train"]
-        index = torch.randint(len(train), (batch_size,), generator=generator)
+        groups = self.config.length_groups
+        index = torch.randint(len(train), (batch_size * groups,), generator=generator)
+        if groups > 1:
+            parts = length_sorted_parts(index, train, groups)
+            index = parts[int(torch.randint(groups, (1,), generator=generator))]
         return seq2seq_batch(train.subset(index), self.eos_id)
 
     @torch.no_grad()
@@ -187,7 +217,7 @@ class Seq2SeqTask(SplitsTask):
         ``eval_oracle_length`` the oracle-length exact match."""
         data = self.split(split)
         n = len(data) if max_examples is None else min(len(data), max_examples)
-        oracle = getattr(self.config, "eval_oracle_length", False)
+        oracle = self.config.eval_oracle_length
         correct, oracle_correct, loss_sum, token_count = [], [], 0.0, 0
         for start in range(0, n, batch_size):
             sub = data.subset(torch.arange(start, min(start + batch_size, n)))
