@@ -13,10 +13,19 @@ Each loader reads a local directory holding the files in their published layout:
   the entity-masked fields ``questionPatternModEntities`` -> ``sparqlPatternModEntities``
   are used, tokenised on spaces after separating punctuation and stripping ``ns:``.
 
-Integrity: the directory's ``SHA256SUMS`` (``<sha256>  <file>`` lines, the coreutils
-format) is checked on every load, and a mismatch is an error naming the file. A
-download writes that file; for files placed by hand, the first load writes it and
-says so (trust on first use), so later corruption or edits are caught.
+Integrity, in two layers:
+
+* *Published version.* COGS and PCFG SET are pinned to one commit of their
+  repositories; each file must have the git blob id that commit lists for it (SHA-1 of
+  ``"blob <size>\0" + content``, what ``git hash-object`` prints), so a copy from
+  another revision, a truncated download or an edited file is an error naming the
+  file and the commit. Downloads fetch that same commit. ``verify_published=false``
+  skips this check, for deliberately modified copies. CFQ is published as an archive
+  outside git and has no pin.
+* *Local record.* The directory's ``SHA256SUMS`` (``<sha256>  <file>`` lines, the
+  coreutils format) is checked on every load, and a mismatch is an error naming the
+  file. The first load writes it and says so (for CFQ: trust on first use), so later
+  corruption or edits are caught.
 
 When a file is missing, the loader downloads it if ``download`` is allowed and a
 public address is known (COGS and PCFG SET; CFQ needs a login, so it is never
@@ -30,16 +39,15 @@ import json
 import re
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from sglab import registry
-from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.seq2seq import Seq2SeqTask
+from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
 from sglab.train.checkpoints import atomic_write_bytes, atomic_write_text
 
 CHECKSUMS = "SHA256SUMS"
@@ -51,6 +59,17 @@ class Source:
     files: tuple[str, ...]
     url: str | None  # base address the files are fetched from (None: manual only)
     where: str  # where a person gets the files
+    commit: str | None = None  # the published revision the pins below belong to
+    published: dict[str, str] = field(default_factory=dict)  # file -> git blob id
+
+
+def git_blob_id(path: Path) -> str:
+    """The id git gives the file's content: SHA-1 of ``b"blob <size>\0" + content``."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def sha256(path: Path) -> str:
@@ -79,8 +98,9 @@ def _write_checksums(directory: Path, sums: dict[str, str]) -> None:
 
 
 def fetch(directory: str | Path, source: Source, download: bool = False,
-          printer: Callable[[str], None] = print) -> Path:
-    """Make sure every file of ``source`` is in ``directory`` and matches SHA256SUMS."""
+          printer: Callable[[str], None] = print, verify_published: bool = True) -> Path:
+    """Make sure every file of ``source`` is in ``directory``, is the published version
+    (where ``source`` pins one) and matches SHA256SUMS."""
     directory = Path(directory)
     missing = [f for f in source.files if not (directory / f).is_file()]
     if missing and download and source.url:
@@ -94,6 +114,16 @@ def fetch(directory: str | Path, source: Source, download: bool = False,
             f"{directory} is missing {', '.join(missing)} (expected files: "
             f"{', '.join(source.files)}); {how}{source.where} into that directory"
         )
+    if verify_published:
+        for name, blob in source.published.items():
+            actual = git_blob_id(directory / name)
+            if actual != blob:
+                raise SglabError(
+                    f"{directory / name} is not the published file (git blob {actual[:12]}..., "
+                    f"expected {blob[:12]}... at commit {source.commit[:12]} of {source.where}); "
+                    f"fetch it again from that commit, or set task.verify_published=false to "
+                    f"use a modified copy on purpose"
+                )
     sums = _read_checksums(directory)
     recorded = dict(sums)
     for name in source.files:
@@ -126,15 +156,22 @@ def _download(url: str, path: Path, source: Source) -> None:
 
 # ----------------------------------------------------------------------------- COGS
 
+COGS_COMMIT = "165a7b669eade971fa47bf568a2e51925360fed8"  # 2022-09-13, the latest data fix
 COGS = Source(("train.tsv", "dev.tsv", "test.tsv", "gen.tsv"),
-              "https://raw.githubusercontent.com/najoungkim/COGS/main/data",
-              "https://github.com/najoungkim/COGS/tree/main/data")
+              f"https://raw.githubusercontent.com/najoungkim/COGS/{COGS_COMMIT}/data",
+              f"https://github.com/najoungkim/COGS/tree/{COGS_COMMIT}/data",
+              COGS_COMMIT,
+              {"train.tsv": "eb101d5755415c4eea7071fb37d32ed56e610ef8",
+               "dev.tsv": "a1b43fa194defad85fe8e3bbcfbae2f6d10e56ee",
+               "test.tsv": "0a954e9bde5089a186241f5cbf627bb7b2faef7b",
+               "gen.tsv": "a54a3c9b5f46464daf9b10fc6df7133796f1f293"})
 
 
 def read_cogs(directory: str | Path, download: bool = False,
-              printer: Callable[[str], None] = print) -> dict[str, list[tuple[str, str, str]]]:
+              printer: Callable[[str], None] = print,
+              verify_published: bool = True) -> dict[str, list[tuple[str, str, str]]]:
     """Split -> (sentence, logical form, type) rows."""
-    directory = fetch(directory, COGS, download, printer)
+    directory = fetch(directory, COGS, download, printer, verify_published)
     names = {"train": "train.tsv", "iid_valid": "dev.tsv", "iid_test": "test.tsv",
              "test": "gen.tsv"}
     out = {}
@@ -157,16 +194,33 @@ def read_cogs(directory: str | Path, download: bool = False,
 PCFG_FILES = ("train.src", "train.tgt", "test.src", "test.tgt")
 
 
+PCFG_COMMIT = "4f75bdd78889150dd78e90bbb7ddec840204c159"  # 2023-07-04
+PCFG_PUBLISHED = {
+    "productivity": {"train.src": "299b8b8b6cbaf9381ee5a8b5bb58ade3dfbaa5d1",
+                     "train.tgt": "7fa6c4001e2ec67631a475fa0052c276740be90e",
+                     "test.src": "1d467c344cc571e0ab3563646a57f5259617a647",
+                     "test.tgt": "e934c5c2a5a5e9c5085b780c8202e418bb308964"},
+    "systematicity": {"train.src": "77f60c1bb8b583cfef6144f1de04d3d62b6b57f4",
+                      "train.tgt": "1829f901cf7f63e69f770cef76dcbe44411542fd",
+                      "test.src": "08c3ba9f8b71c76920462a5210dc94c6bff6e8a7",
+                      "test.tgt": "1e70ba1fbafc796fae5f45000b288a46ffd89174"},
+}
+
+
 def pcfg_source(split: str) -> Source:
-    base = "https://raw.githubusercontent.com/i-machine-think/am-i-compositional/master/data/pcfgset"
-    return Source(PCFG_FILES, f"{base}/{split}",
-                  f"https://github.com/i-machine-think/am-i-compositional/tree/master/data/pcfgset/{split}")
+    repo = "i-machine-think/am-i-compositional"
+    return Source(PCFG_FILES,
+                  f"https://raw.githubusercontent.com/{repo}/{PCFG_COMMIT}/data/pcfgset/{split}",
+                  f"https://github.com/{repo}/tree/{PCFG_COMMIT}/data/pcfgset/{split}",
+                  PCFG_COMMIT, PCFG_PUBLISHED[split])
 
 
 def read_pcfg(directory: str | Path, split: str, download: bool = False,
-              printer: Callable[[str], None] = print) -> dict[str, Pairs]:
+              printer: Callable[[str], None] = print,
+              verify_published: bool = True) -> dict[str, Pairs]:
     """``directory`` holds ``<split>/train.src`` etc.; returns train and test pairs."""
-    folder = fetch(Path(directory) / split, pcfg_source(split), download, printer)
+    folder = fetch(Path(directory) / split, pcfg_source(split), download, printer,
+                   verify_published)
     out = {}
     for part in ("train", "test"):
         sources = (folder / f"{part}.src").read_text().splitlines()
@@ -218,10 +272,12 @@ def read_cfq(directory: str | Path, split: str,
 # ----------------------------------------------------------------------------- tasks
 
 
-class PublishedConfig(TaskConfig):
+class PublishedConfig(Seq2SeqTaskConfig):
     data_dir: str = Field(..., description="Local directory with the published files.")
     download: bool = Field(False, description="Download missing files (needs a network).")
-    eval_oracle_length: bool = False
+    verify_published: bool = Field(
+        True, description="Check that COGS / PCFG SET files are the pinned published "
+                          "version; false for a deliberately modified copy.")
 
 
 class CogsConfig(PublishedConfig):
@@ -260,14 +316,16 @@ class PublishedTask(Seq2SeqTask):
 @registry.register("task", "cogs", CogsConfig, "COGS sentence -> logical form (local files)")
 def make_cogs(config: CogsConfig) -> PublishedTask:
     def load():
-        rows = read_cogs(config.data_dir, config.download)
+        rows = read_cogs(config.data_dir, config.download,
+                         verify_published=config.verify_published)
         return {split: [(s, t) for s, t, _ in r] for split, r in rows.items()}
     return PublishedTask(config, load)
 
 
 @registry.register("task", "pcfg", PcfgConfig, "PCFG SET string edits (local files)")
 def make_pcfg(config: PcfgConfig) -> PublishedTask:
-    return PublishedTask(config, lambda: read_pcfg(config.data_dir, config.split, config.download))
+    return PublishedTask(config, lambda: read_pcfg(config.data_dir, config.split, config.download,
+                                                   verify_published=config.verify_published))
 
 
 @registry.register("task", "cfq", CfqConfig, "CFQ question -> SPARQL (local files)")
