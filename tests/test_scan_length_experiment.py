@@ -42,3 +42,19 @@ def test_runs_log_iid_and_ood_loss_and_accuracy_at_every_evaluation(quick_result
         for key in ("iid_valid/loss", "iid_valid/exact_match", "test/loss", "test/exact_match",
                     "test/oracle_exact_match"):
             assert all(key in r for r in records)
+
+
+def test_default_preset_gives_absolute_variants_more_steps_and_runs_them_first():
+    experiment = registry.experiment("scan-length")
+    params = experiment.presets["default"]
+    configs = experiment.configs(params, [])
+    steps = {(c.model.pos_encoding, c.model.universal, c.task.split): c.train.steps
+             for c in configs}
+    assert len(steps) == 8
+    assert all(n == (6500 if pos == "sinusoidal" else 3500) for (pos, _, _), n in steps.items())
+    assert [c.train.steps for c in configs] == sorted((c.train.steps for c in configs),
+                                                      reverse=True)
+    # an explicit step count applies to every variant
+    assert {c.train.steps for c in experiment.configs(params, ["train.steps=50"])} == {50}
+    with pytest.raises(ValueError, match="unknown variants"):
+        experiment.configs({**params, "variant_steps": {"Transfomer": 10}}, [])
