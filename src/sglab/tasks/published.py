@@ -63,21 +63,21 @@ class Source:
     published: dict[str, str] = field(default_factory=dict)  # file -> git blob id
 
 
-def git_blob_id(path: Path) -> str:
-    """The id git gives the file's content: SHA-1 of ``b"blob <size>\0" + content``."""
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+def _hex_digest(digest, path: Path) -> str:
+    """``digest`` (a hashlib object) updated with the file's bytes, as hex."""
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def git_blob_id(path: Path) -> str:
+    """The id git gives the file's content: SHA-1 of ``b"blob <size>\0" + content``."""
+    return _hex_digest(hashlib.sha1(f"blob {path.stat().st_size}\0".encode()), path)
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return _hex_digest(hashlib.sha256(), path)
 
 
 def _read_checksums(directory: Path) -> dict[str, str]:

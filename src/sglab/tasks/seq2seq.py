@@ -140,7 +140,7 @@ def length_sorted_parts(index: torch.Tensor, split: PairSplit, groups: int) -> l
     A training batch is one part chosen uniformly: every drawn example is in exactly one
     part, so each training example keeps the probability of plain uniform sampling;
     only the batch's composition changes (similar lengths together, less padding)."""
-    width = int(split.source_lengths.max()) + 1
+    width = split.source.shape[1] + 1  # > every source length (padded to the longest)
     order = torch.argsort(split.target_lengths[index] * width + split.source_lengths[index],
                           stable=True)
     return list(index[order].chunk(groups))
@@ -152,7 +152,7 @@ class Seq2SeqTask(SplitsTask):
     config: Seq2SeqTaskConfig
     splits: dict[str, PairSplit]
 
-    def __init__(self, config: TaskConfig):
+    def __init__(self, config: Seq2SeqTaskConfig):
         self.config = config
         self.vocab = Vocabulary([EOS, *self.symbols()])
         self.eos_id = self.vocab.index[EOS]
