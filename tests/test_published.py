@@ -123,3 +123,14 @@ def test_published_data_trains_as_a_seq2seq_task(data):
     assert task.eval_splits == ["iid_valid", "iid_test", "test"]
     assert task.pairs_text("iid_valid") == [
         ("A dog smiled .", "* dog ( x _ 1 ) ; smile . agent ( x _ 2 , x _ 1 )")]
+
+
+def test_cli_rejects_an_unpublished_copy_with_status_2(data, tmp_path, capsys):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    status = main(["train", "--task", "cogs", "--model", "seq2seq",
+                   "--set", f"task.data_dir={data / 'cogs'}", "--runs-dir", str(runs)])
+    assert status == 2
+    assert "train.tsv is not the published file" in capsys.readouterr().err
+    assert not list(runs.glob("cogs-*"))  # no half-made run directory
