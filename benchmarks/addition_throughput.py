@@ -86,7 +86,7 @@ def main() -> int:
 
     task = build_task(config.task)
     model = build_model(config.model, len(task.vocab), task.max_length)
-    context = (config.task.block_size if config.task.loss_on == "stream"
+    context = (config.task.block_size if config.task.loss_on != "answer"
                else int(task.split("train").lengths.max()) - 1)
     flops_per_token = model.flops_per_token(context)
     tokens_per_second = summary["train_tokens_per_second"]

@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from sglab.tasks.addition import AdditionConfig, AdditionTask, count_carries
+from sglab.tasks.base import IGNORE
 
 
 def _decode(task, split, i):
@@ -91,3 +92,24 @@ def test_stream_protocol_supervises_every_position():
     assert torch.equal(batch.input_ids[:, 1:], batch.targets[:, :-1])
     text = "".join(task.vocab.decode(task.stream[:200]))
     assert text.startswith("$") and "$\n$" in text
+
+
+def test_packed_protocol_rows_hold_whole_examples_with_answer_only_loss():
+    task = AdditionTask(AdditionConfig(train_size=300, test_size=10, loss_on="packed",
+                                       block_size=48))
+    batch = task.train_batch(6, torch.Generator().manual_seed(1), causal=True)
+    assert batch.input_ids.shape == batch.targets.shape == (6, 48)
+    train_texts = {"".join(task.text(a, b)) for a, b in task.pairs["train"].tolist()}
+    for row, targets in zip(batch.input_ids.tolist(), batch.targets.tolist()):
+        text = "".join(task.vocab.decode(row))
+        examples = text.split("\n")
+        assert text.startswith("$") and len(examples) >= 3  # example 1 starts at position 0
+        assert all(example in train_texts for example in examples[:-1])
+        in_answer, after_equals = [], False
+        for char in text:
+            after_equals = after_equals and char != "\n" or char == "="
+            in_answer.append(after_equals and char != "=")
+        for position in range(len(row) - 1):  # target i is token i + 1
+            scored = targets[position] != IGNORE
+            assert scored == in_answer[position + 1]
+            assert not scored or targets[position] == row[position + 1]

@@ -14,7 +14,12 @@ training (``test_disjoint``).
 Training protocols (``loss_on``): ``answer`` -- one example per row, loss on the
 answer tokens only; ``stream`` -- the original code's protocol: shuffled training
 lines concatenated into one character stream, random windows of ``block_size``
-tokens, next-token loss on every position.
+tokens, next-token loss on every position; ``packed`` -- rows of ``block_size`` tokens
+filled with whole training examples drawn at random (each followed by a newline, as in
+the stream), loss on every example's answer tokens only. ``packed`` keeps what the
+stream gives a model with learned positions (many examples per row, each at a varying
+offset) and the answer-only loss; the first example of every row starts at position 0,
+where evaluation scores single examples.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pydantic import Field, model_validator
 from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import Batch, PromptAnswerTask, SequenceSplit, Vocabulary
+from sglab.tasks.base import IGNORE, Batch, PromptAnswerTask, SequenceSplit, Vocabulary
 
 
 class AdditionConfig(TaskConfig):
@@ -40,8 +45,8 @@ class AdditionConfig(TaskConfig):
     test_size: int = Field(10_000, ge=1)
     balanced: bool = Field(True, description="Balance operand digit counts and carries.")
     test_disjoint: bool = Field(True, description="Test pairs never occur in training.")
-    loss_on: Literal["answer", "stream"] = "answer"
-    block_size: int = Field(256, ge=8, description="Window length of the stream protocol.")
+    loss_on: Literal["answer", "stream", "packed"] = "answer"
+    block_size: int = Field(256, ge=8, description="Row length of the stream and packed protocols.")
 
     @model_validator(mode="after")
     def _check_sizes(self):
@@ -159,25 +164,53 @@ class AdditionTask(PromptAnswerTask):
                              {"carries": carries})
 
     def check_model(self, model_config) -> None:
-        if self.config.loss_on == "stream" and getattr(model_config, "attention_mask", "causal") != "causal":
+        if self.config.loss_on != "answer" and getattr(model_config, "attention_mask", "causal") != "causal":
             raise SglabError(
-                "task.loss_on=stream trains on every position of a packed stream and needs "
-                "model.attention_mask=causal; use task.loss_on=answer for bidirectional models"
+                f"task.loss_on={self.config.loss_on} trains on rows holding several examples and "
+                "needs model.attention_mask=causal; use task.loss_on=answer for bidirectional models"
             )
 
     @property
     def max_length(self) -> int:
-        if self.config.loss_on == "stream":
+        if self.config.loss_on != "answer":
             return self.config.block_size
         return super().max_length
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
         if self.config.loss_on == "answer":
             return super().train_batch(batch_size, generator, causal)
+        if self.config.loss_on == "packed":
+            return self.packed_batch(batch_size, generator)
         window = self.config.block_size
         starts = torch.randint(len(self.stream) - window - 1, (batch_size,), generator=generator)
         rows = self.stream[starts[:, None] + torch.arange(window + 1)]
         return Batch(rows[:, :-1], rows[:, 1:].clone())
+
+    def packed_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """Rows of ``block_size`` tokens made of random whole training examples.
+
+        Example j of a row starts where example j-1 and its newline end; targets are
+        the next tokens, scored only where the next token belongs to an answer.
+        """
+        train = self.splits["train"]
+        window = self.config.block_size
+        newline = self.vocab.encode("\n")[0]
+        unit = train.lengths + 1  # each example is followed by a newline
+        per_row = window // int(unit.min()) + 2
+        index = torch.randint(len(train), (batch_size, per_row), generator=generator)
+        lengths, prompts = train.lengths[index], train.prompt_lengths[index]
+        starts = torch.cumsum(unit[index], dim=1) - unit[index]
+        rows = torch.full((batch_size, window + 1), newline, dtype=torch.long)
+        is_answer = torch.zeros(batch_size, window + 1, dtype=torch.bool)
+        row_ids = torch.arange(batch_size)[:, None].expand_as(index)
+        for t in range(train.tokens.shape[1]):
+            position = starts + t
+            inside = (t < lengths) & (position <= window)
+            rows[row_ids[inside], position[inside]] = train.tokens[index[inside], t]
+            is_answer[row_ids[inside], position[inside]] = t >= prompts[inside]
+        targets = rows[:, 1:].clone()
+        targets[~is_answer[:, 1:]] = IGNORE
+        return Batch(rows[:, :-1], targets)
 
     def overlap_count(self) -> int:
         """Number of test pairs that also occur in training."""
