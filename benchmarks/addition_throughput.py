@@ -60,6 +60,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     parser.add_argument("--set", action="append", default=[], help="extra KEY=VALUE overrides")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--runs-dir", type=Path, help="keep the run here (default: a temporary directory)")
     args = parser.parse_args()
 
     params = registry.experiment("symmetry").preset(args.preset)
@@ -80,7 +81,8 @@ def main() -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and config.train.device != "cpu"
                           else "cpu")
 
-    with tempfile.TemporaryDirectory() as runs_dir:
+    with tempfile.TemporaryDirectory() as scratch:
+        runs_dir = args.runs_dir or Path(scratch)
         summary = Trainer(config, runs_dir).run()
         records = read_metrics(Path(runs_dir) / summary["run_id"])
 
