@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from matmul_rate import matmul_flops
 
 from sglab import registry
 from sglab.config import build_run_config
@@ -30,24 +29,6 @@ from sglab.models import build_model
 from sglab.store import read_metrics
 from sglab.tasks import build_task
 from sglab.train import Trainer
-
-
-def matmul_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
-    """Median FLOP/s of a size x size x size matmul."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times)
 
 
 def main() -> int:
