@@ -252,8 +252,8 @@ def data_export(
     `IN: ... OUT: ...` line format."""
     import difflib
 
+    from sglab.io import atomic_write_text
     from sglab.tasks.scan import build_split, format_lines
-    from sglab.train.checkpoints import atomic_write_text
 
     if dataset not in EXPORTERS:
         near = difflib.get_close_matches(dataset, EXPORTERS, n=1, cutoff=0.4)
