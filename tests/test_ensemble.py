@@ -98,3 +98,13 @@ def test_ensemble_killed_mid_run_resumes_to_the_same_weights(tmp_path):
         a, b = final_weights(runs, config), final_weights(alone, config)
         for name in a:
             torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_ensemble_member_with_non_finite_loss_fails_and_the_others_finish(tmp_path):
+    configs = [tiny_config(f"seed={seed}", f"train.lr={lr}", "train.grad_clip=null",
+                           "train.warmup_steps=0", "train.lr_schedule=constant")
+               for seed, lr in [(0, 1e-3), (1, 1e4), (2, 2e-3)]]
+    summaries = EnsembleTrainer(configs, tmp_path, printer=None).run()
+    assert [s["status"] for s in summaries] == ["finished", "failed", "finished"]
+    assert "training loss became" in summaries[1]["error"]
+    assert summaries[0]["step"] == summaries[2]["step"] == 30

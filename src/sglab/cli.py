@@ -91,6 +91,9 @@ def train(
         cfg = build_run_config(base, extra)
     trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
     summary = trainer.run(resume=bool(resume))
+    if summary["status"] == "failed":
+        raise SglabError(f"run {summary['run_id']} failed at step {summary['step']}: "
+                         f"{summary.get('error')}")
     _out(f"run {summary['run_id']} {summary['status']} in {root / summary['run_id']}")
     if out:
         from sglab.report.run import run_report

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from sglab.errors import SglabError
+from sglab.io import json_line
 
 DEFAULT_RUNS_DIR = "runs"
 COLUMNS = ("run_id", "config_hash", "task", "model", "seed", "status", "step", "tag",
@@ -33,12 +34,22 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The evaluation records of a run (``metrics.jsonl``), oldest first."""
+def read_metrics(run_dir: str | Path, kind: str = "eval") -> list[dict[str, Any]]:
+    """Records of a run's ``metrics.jsonl``, oldest first.
+
+    ``kind="eval"``: the evaluations (records without a ``kind`` field); ``"train"``: the
+    training-loss records (``{"kind": "train", "step", "train/loss", "lr", "seconds"}``,
+    one per ``train.log_interval`` steps); ``"all"``: both, in the order written.
+    """
+    if kind not in ("eval", "train", "all"):
+        raise ValueError(f"kind must be eval, train or all, not {kind!r}")
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    if kind == "all":
+        return records
+    return [r for r in records if r.get("kind", "eval") == kind]
 
 
 def runs_dir_from(option: str | None) -> Path:
@@ -81,7 +92,7 @@ class RunStore:
             if hasattr(config, "config_hash") else summary.get("config_hash", ""),
             data["task"]["name"], data["model"]["name"], data.get("seed"),
             summary.get("status"), summary.get("step"), tag, time.time(), str(run_dir),
-            json.dumps(data), json.dumps(summary),
+            json.dumps(data), json_line(summary),
         )
         conn = self._connect()
         try:

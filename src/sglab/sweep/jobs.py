@@ -119,4 +119,6 @@ def describe_jobs(jobs: list[list[int]]) -> str:
 def summary_line(summary: dict) -> str:
     metric = (summary.get("final") or {}).get("test/exact_match")
     shown = f" test/exact_match {metric:.4f}" if metric is not None else ""
+    if summary.get("status") == "failed" and summary.get("error"):
+        shown += f" ({summary['error'].splitlines()[0]})"
     return f"{summary.get('run_id')} {summary.get('status')}{shown}"

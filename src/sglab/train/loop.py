@@ -322,22 +322,27 @@ class Trainer:
         self._write_summary(summary)
         return summary
 
-    def evaluation(self, task, model, device, step: int, lr: float, seconds: float, last: bool,
-                   norm_names: list[str], metrics_file, best, target):
+    def fail(self, base: dict, step: int, error: str) -> dict:
+        """Write the summary of a run that cannot go on (status ``failed``) and return it."""
+        summary = {**base, "status": "failed", "step": step, "error": error}
+        self._write_summary(summary)
+        return summary
+
+    def evaluation(self, run: RunProgress, last: bool):
         """Evaluate (a subset, or everything at the last step or when stopping), append one
         line to metrics.jsonl, print it, track best/target. Returns (best, target, stop)."""
         cfg = self.config.train
-        record = {"step": step, "lr": lr, "seconds": round(seconds, 3)}
+        task, model, device = run.task, run.model, run.device
+        record = {"step": run.step, "lr": run.lr, "seconds": round(run.seconds(), 3)}
         model.eval()
         record.update(self.evaluate(task, model, device, None if last else cfg.eval_max_examples))
         if not last and cfg.eval_max_examples and self.should_stop(record):
             record.update(self.evaluate(task, model, device, None))  # final: all examples
-        record.update(weight_norms(model, norm_names))
-        metrics_file.write(json.dumps(record) + "\n")
-        metrics_file.flush()
-        best, target, stop = self.after_eval(record, best, target, model)
+        record.update(weight_norms(model, run.norm_names))
+        run.write_record(record)
+        best, target, stop = self.after_eval(record, run.best, run.target, model)
         shown = {k: v for k, v in record.items() if k.count("/") == 1}
-        self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
+        self.print(f"[{self.run_id}] eval @ {run.step}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in shown.items()))
         return best, target, stop
 
@@ -377,13 +382,16 @@ class Trainer:
                         {"step": step, "model": model.state_dict(),
                          "config_hash": self.config.config_hash()})
 
-    def save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
+    def save(self, run: RunProgress) -> None:
+        """The last checkpoint: everything a resume needs to go on bit-identically."""
         save_checkpoint(self.checkpoint_path, {
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-            "elapsed": elapsed, "best": best, "target": target, "metric_lines": lines,
-            "config_hash": self.config.config_hash(),
+            "step": run.step, "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "data_rng": run.generator.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if run.device.type == "cuda" else None,
+            "elapsed": run.seconds(), "best": run.best, "target": run.target,
+            "metric_lines": run.metric_lines, "config_hash": self.config.config_hash(),
+            "loss_window": run.window_state(),
         })
 
     @staticmethod

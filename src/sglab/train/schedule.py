@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from sglab.io import json_line
+
 if TYPE_CHECKING:  # only for type hints: loop.py imports this module
     from sglab.train.loop import Trainer
 
@@ -62,6 +64,26 @@ class RunProgress:
         self.window_tokens = 0
         self.train_tokens = 0  # tokens of the logged windows (for throughput)
 
+    def write_record(self, record: dict) -> None:
+        """Append one line to metrics.jsonl (counted, so a resume can cut back to it)."""
+        self.metrics_file.write(json_line(record) + "\n")
+        self.metrics_file.flush()
+        self.metric_lines += 1
+
+    def loss_problem(self, checked_every_step: bool) -> str | None:
+        """Why training cannot go on (the training loss is nan or inf), or None.
+        ``checked_every_step``: the loss was finite up to the previous step."""
+        total = float(self.window_loss)  # syncs the device
+        if math.isfinite(total):
+            return None
+        first = self.step - self.window_steps + 1
+        where = (f"at step {self.step}" if self.window_steps == 1 or checked_every_step
+                 else f"between steps {first} and {self.step}")
+        clip = ("off" if self.cfg.grad_clip is None else f"{self.cfg.grad_clip:g}")
+        return (f"training loss became {total} {where} (lr {self.lr:.3g}, grad_clip {clip}); "
+                "the run stopped as failed. Lower train.lr, or set train.grad_clip (e.g. 1.0), "
+                "and train again")
+
     @property
     def run_id(self) -> str:
         return self.trainer.run_id
@@ -76,7 +98,15 @@ class RunProgress:
             self.step, self.elapsed = state["step"], state["elapsed"]
             self.best, self.target = state.get("best"), state.get("target")
             self.metric_lines = state.get("metric_lines", 0)
+            window = state.get("loss_window")
+            if window is not None:  # the training-loss window that was open at the checkpoint
+                self.window_loss = window["loss_sum"].to(self.device)
+                self.window_steps, self.window_tokens = window["steps"], window["tokens"]
         self.launched = time.perf_counter()
+
+    def window_state(self) -> dict:
+        return {"loss_sum": self.window_loss.detach().cpu().clone(), "steps": self.window_steps,
+                "tokens": self.window_tokens}
 
     def take_window(self) -> tuple[float, int, int]:
         """(mean loss, steps, tokens) since the last call; starts a new window."""
@@ -138,6 +168,10 @@ def run_schedule(runs: list[RunProgress], stepper: Stepper, printer: Printer,
     into the summaries of ensemble members.
     """
     extra = {} if ensemble_size is None else {"ensemble_size": ensemble_size}
+    # on CPU the loss is checked after every step (reading it costs nothing), so a
+    # non-finite loss is reported at its exact step; on a GPU at every log, evaluation
+    # and checkpoint (where the device is synchronised anyway)
+    check_every_step = runs[0].device.type == "cpu" if runs else True
     clock = _Throughput()
     finished: dict[str, dict] = {}
     active = list(runs)
@@ -170,6 +204,21 @@ def run_schedule(runs: list[RunProgress], stepper: Stepper, printer: Printer,
                 run.window_tokens += n
             clock.window_steps += 1
 
+            failing = []
+            for k, run in enumerate(active):
+                if check_every_step or _bookkeeping_step(run):
+                    problem = run.loss_problem(check_every_step)
+                    if problem is not None:
+                        failing.append(k)
+                        printer(f"[{run.run_id}] {problem}")
+                        run.metrics_file.close()
+                        finished[run.run_id] = run.trainer.fail(run.base, run.step, problem)
+            if failing:
+                active = [run for k, run in enumerate(active) if k not in failing]
+                stepper.remove(failing)
+                if not active:
+                    break
+
             logging = [run for run in active
                        if run.step % run.cfg.log_interval == 0 or run.step >= run.cfg.steps]
             if logging:
@@ -188,14 +237,9 @@ def run_schedule(runs: list[RunProgress], stepper: Stepper, printer: Printer,
                 if snapshot:
                     run.trainer.snapshot(run.model, run.step)
                 if evaluate:
-                    run.best, run.target, stop = run.trainer.evaluation(
-                        run.task, run.model, run.device, run.step, run.lr, run.seconds(), last,
-                        run.norm_names, run.metrics_file, run.best, run.target)
-                    run.metric_lines += 1
+                    run.best, run.target, stop = run.trainer.evaluation(run, last)
                 if checkpoint or stop:
-                    run.trainer.save(run.model, run.optimizer, run.generator, run.device,
-                                     run.step, run.seconds(), run.best, run.target,
-                                     run.metric_lines)
+                    run.trainer.save(run)
                 if last or stop:
                     leaving.append(k)
                     run.metrics_file.close()
@@ -210,12 +254,22 @@ def run_schedule(runs: list[RunProgress], stepper: Stepper, printer: Printer,
     return finished
 
 
+def _bookkeeping_step(run: RunProgress) -> bool:
+    """Whether this step of the run logs, evaluates, checkpoints or snapshots."""
+    step, cfg = run.step, run.cfg
+    return (step >= cfg.steps or step % cfg.log_interval == 0 or step % cfg.eval_interval == 0
+            or step % cfg.checkpoint_interval == 0 or step in cfg.snapshot_steps)
+
+
 def _log(logging: list[RunProgress], clock: _Throughput, printer: Printer, n_active: int) -> None:
+    """Print the progress line and append each run's training-loss record to metrics.jsonl."""
     seconds, steps = clock.close_window()
     windows = [run.take_window() for run in logging]
     tokens = sum(window[2] for window in windows)
     for run, window in zip(logging, windows):
         run.train_tokens += window[2]
+        run.write_record({"kind": "train", "step": run.step, "train/loss": window[0],
+                          "lr": run.lr, "seconds": round(run.seconds(), 3)})
     longest = max(run.cfg.steps for run in logging)
     step = logging[0].step
     eta = format_seconds((longest - step) * seconds / max(steps, 1))
