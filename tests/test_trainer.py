@@ -119,7 +119,7 @@ def test_resume_drops_metrics_written_after_the_checkpoint(tmp_path):
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"] == 20
     with (run_dir / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 4')  # torn line of a write cut short
-    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 7  # train + eval records of steps 10-30, torn line
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 7  # 10-30: train + eval; torn
     Trainer(config, tmp_path / "killed", printer=None).run(resume=True)
     strip = lambda text: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
                           for x in text.splitlines()]
