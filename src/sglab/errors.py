@@ -7,3 +7,7 @@ class SglabError(Exception):
     The message says what was wrong and what to do. The CLI prints it without a
     traceback and exits with status 2.
     """
+
+
+class RunBusyError(SglabError):
+    """The run directory is held by another live process (see ``sglab.train.lock``)."""

@@ -77,6 +77,7 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
     import torch
 
     from sglab.config import validate
+    from sglab.errors import RunBusyError
     from sglab.store import RunStore
     from sglab.train.ensemble import EnsembleTrainer
     from sglab.train.loop import Trainer
@@ -91,6 +92,8 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
         if len(configs) == 1:
             return [trainers[0].run(resume=True)]
         return EnsembleTrainer(configs, runs_dir, store=store, printer=printer, tag=tag).run()
+    except RunBusyError as exc:  # another process trains it: leave its files alone
+        return [{"run_id": t.run_id, "status": "busy", "error": str(exc)} for t in trainers]
     except Exception as exc:  # record and go on with the other jobs
         summaries = []
         for trainer in trainers:

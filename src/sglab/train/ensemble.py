@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
@@ -36,6 +36,7 @@ from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
 from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
+from sglab.train.lock import RunLock
 from sglab.train.loop import Trainer, pop_aux_loss, resolve_device, torch_threads
 from sglab.train.schedule import RunProgress, run_schedule
 
@@ -126,7 +127,9 @@ class EnsembleTrainer:
     # ------------------------------------------------------------------ training
     def _train(self, trainers: list[Trainer]) -> list[dict]:
         device = resolve_device(trainers[0].config.train.device)
-        with torch_threads(trainers[0].config.train.threads, device):
+        with ExitStack() as locks, torch_threads(trainers[0].config.train.threads, device):
+            for trainer in trainers:
+                locks.enter_context(RunLock(trainer.run_dir))
             tasks: dict = {}
             runs = [t.prepare(device, tasks) for t in trainers]
             self.print(f"[ensemble] {len(runs)} runs trained together "

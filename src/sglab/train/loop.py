@@ -26,6 +26,7 @@ from sglab.store import read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import model_is_causal, target_loss
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
+from sglab.train.lock import RunLock
 from sglab.train.schedule import (
     Printer,
     RunProgress,
@@ -221,20 +222,27 @@ class Trainer:
         """
         summary = self.read_summary()
         if summary and summary.get("status") == "finished":
-            self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
-            if self.store is not None:
-                self.store.record(self.run_dir, self.config, summary, tag=self.tag)
-            return summary
-        if self.run_dir.exists() and not resume and self.checkpoint_path.exists():
-            raise SglabError(
-                f"run {self.run_id} already exists and is unfinished; "
-                f"pass --resume {self.run_id} to continue it"
-            )
-        device = resolve_device(self.config.train.device)
-        with torch_threads(self.config.train.threads, device):
-            run = self.prepare(device)
-            stepper = LoneStep(run, model_is_causal(run.model))
-            return run_schedule([run], stepper, self.print)[self.run_id]
+            return self._already_finished(summary)
+        with RunLock(self.run_dir):
+            summary = self.read_summary()  # a process before us may have finished it
+            if summary and summary.get("status") == "finished":
+                return self._already_finished(summary)
+            if not resume and self.checkpoint_path.exists():
+                raise SglabError(
+                    f"run {self.run_id} already exists and is unfinished; "
+                    f"pass --resume {self.run_id} to continue it"
+                )
+            device = resolve_device(self.config.train.device)
+            with torch_threads(self.config.train.threads, device):
+                run = self.prepare(device)
+                stepper = LoneStep(run, model_is_causal(run.model))
+                return run_schedule([run], stepper, self.print)[self.run_id]
+
+    def _already_finished(self, summary: dict) -> dict:
+        self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
+        if self.store is not None:
+            self.store.record(self.run_dir, self.config, summary, tag=self.tag)
+        return summary
 
     def prepare(self, device: torch.device, tasks: dict | None = None) -> RunProgress:
         """Build task, model, optimizer and data order, restore the last checkpoint if
