@@ -268,17 +268,33 @@ def data_export(
         _out(f"{out / f'{name}.txt'}: {len(examples)} examples")
 
 
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of type ``kind`` in ``exc``'s chain of causes and contexts."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Usage errors exit 2 (click); SglabError prints its message and exits 2."""
     try:
         app(args=argv)
     except SystemExit as exc:  # click ends every command with one
+        interrupt = _cause(exc, KeyboardInterrupt)  # typer turns Ctrl-C into exit 130
+        if interrupt is not None:
+            print(str(interrupt) or "interrupted; rerun the same command to resume",
+                  file=sys.stderr)
+            return 130
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except SglabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # TrainingInterrupted says where and how to resume
+        print(str(exc) or "interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return 0
 

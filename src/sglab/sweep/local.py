@@ -27,7 +27,6 @@ from sglab.config import RunConfig
 from sglab.store import RunStore
 from sglab.sweep.jobs import available_cores, describe_jobs, plan_jobs, run_job, summary_line
 
-
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 

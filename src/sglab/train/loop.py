@@ -336,6 +336,10 @@ class Trainer:
         self._write_summary(summary)
         return summary
 
+    def interrupted(self, base: dict, step: int) -> None:
+        """Mark the run as stopped by Ctrl-C at ``step`` (checkpointed there, resumable)."""
+        self._write_summary({**base, "status": "interrupted", "step": step})
+
     def evaluation(self, run: RunProgress, last: bool):
         """Evaluate (a subset, or everything at the last step or when stopping), append one
         line to metrics.jsonl, print it, track best/target. Returns (best, target, stop)."""

@@ -10,12 +10,16 @@ over stacked parameters). Each run's files are kept by its own :class:`Trainer`.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from sglab.errors import TrainingInterrupted
 from sglab.io import json_line
 
 if TYPE_CHECKING:  # only for type hints: loop.py imports this module
@@ -165,93 +169,141 @@ def run_schedule(runs: list[RunProgress], stepper: Stepper, printer: Printer,
 
     Every run is prepared (:meth:`Trainer.prepare`: restored from its checkpoint, run
     directory started) and all runs stand at the same step. ``ensemble_size`` is written
-    into the summaries of ensemble members.
+    into the summaries of ensemble members. Ctrl-C stops after the current step with
+    every run checkpointed there (:class:`TrainingInterrupted`); a second Ctrl-C stops at once.
     """
-    extra = {} if ensemble_size is None else {"ensemble_size": ensemble_size}
-    # on CPU the loss is checked after every step (reading it costs nothing), so a
-    # non-finite loss is reported at its exact step; on a GPU at every log, evaluation
-    # and checkpoint (where the device is synchronised anyway)
-    check_every_step = runs[0].device.type == "cpu" if runs else True
-    clock = _Throughput()
-    finished: dict[str, dict] = {}
-    active = list(runs)
+    return _Schedule(runs, stepper, printer, ensemble_size).run()
 
-    def finish(run: RunProgress, stopped_early: bool) -> None:
-        finished[run.run_id] = run.trainer.finish(
+
+class _Schedule:
+    def __init__(self, runs: list[RunProgress], stepper: Stepper, printer: Printer,
+                 ensemble_size: int | None):
+        self.active = list(runs)
+        self.stepper, self.print = stepper, printer
+        self.extra = {} if ensemble_size is None else {"ensemble_size": ensemble_size}
+        self.clock = _Throughput()
+        self.finished: dict[str, dict] = {}
+        # on CPU the loss is checked after every step (reading it costs nothing), so a
+        # non-finite loss is reported at its exact step; on a GPU at every log, evaluation
+        # and checkpoint (where the device is synchronised anyway)
+        self.check_every_step = bool(runs) and runs[0].device.type == "cpu"
+
+    def run(self) -> dict[str, dict]:
+        self._leave([k for k, run in enumerate(self.active) if run.step >= run.cfg.steps],
+                    lambda k, run: self._finish(run, stopped_early=False))  # summary not yet written
+        for run in self.active:
+            run.metrics_file = run.trainer.metrics_path.open("a")
+            if run.step == 0 and 0 in run.cfg.snapshot_steps:
+                run.trainer.snapshot(run.model, 0)
+        try:
+            with _stop_on_ctrl_c(self.print) as interrupted:
+                while self.active:
+                    self._step()
+                    if interrupted.is_set() and self.active:
+                        self._checkpoint_and_stop()
+        finally:
+            for run in self.active:
+                run.metrics_file.close()
+        return self.finished
+
+    def _leave(self, indices: list[int], then: Callable[[int, RunProgress], None]) -> None:
+        """Runs ``indices`` of the active ones leave training; ``then(index, run)`` is
+        called on each."""
+        if not indices:
+            return
+        for k in indices:
+            if self.active[k].metrics_file is not None:
+                self.active[k].metrics_file.close()
+            then(k, self.active[k])
+        self.active = [run for k, run in enumerate(self.active) if k not in indices]
+        self.stepper.remove(indices)
+
+    def _finish(self, run: RunProgress, stopped_early: bool) -> None:
+        self.finished[run.run_id] = run.trainer.finish(
             run.base, run.step, stopped_early, run.seconds(),
-            clock.tokens_per_second(run.train_tokens), clock.steps_per_second(),
-            run.best, run.target, **extra)
+            self.clock.tokens_per_second(run.train_tokens), self.clock.steps_per_second(),
+            run.best, run.target, **self.extra)
 
-    done = [k for k, run in enumerate(active) if run.step >= run.cfg.steps]
-    for k in done:  # checkpointed at the last step, but the summary was not written
-        finish(active[k], stopped_early=False)
-    if done:
-        active = [run for k, run in enumerate(active) if k not in done]
-        stepper.remove(done)
-    for run in active:
-        run.metrics_file = run.trainer.metrics_path.open("a")
-        if run.step == 0 and 0 in run.cfg.snapshot_steps:
-            run.trainer.snapshot(run.model, 0)
+    def _fail(self, run: RunProgress, problem: str) -> None:
+        self.print(f"[{run.run_id}] {problem}")
+        self.finished[run.run_id] = run.trainer.fail(run.base, run.step, problem)
+
+    def _step(self) -> None:
+        active, clock = self.active, self.clock
+        lrs = [learning_rate(run.step, run.cfg) for run in active]
+        losses, tokens = self.stepper.step(active, lrs)
+        for run, lr, loss, n in zip(active, lrs, losses, tokens):
+            run.step += 1
+            run.lr = lr
+            run.window_loss += loss
+            run.window_steps += 1
+            run.window_tokens += n
+        clock.window_steps += 1
+
+        problems = {k: run.loss_problem(self.check_every_step) for k, run in enumerate(active)
+                    if self.check_every_step or _bookkeeping_step(run)}
+        problems = {k: problem for k, problem in problems.items() if problem is not None}
+        self._leave(sorted(problems), lambda k, run: self._fail(run, problems[k]))
+        active = self.active
+        if not active:
+            return
+
+        logging = [run for run in active
+                   if run.step % run.cfg.log_interval == 0 or run.step >= run.cfg.steps]
+        if logging:
+            _log(logging, clock, self.print, len(active))
+
+        pause_start = time.perf_counter()
+        leaving, stopped = [], set()
+        for k, run in enumerate(active):
+            last = run.step >= run.cfg.steps
+            evaluate = run.step % run.cfg.eval_interval == 0 or last
+            checkpoint = run.step % run.cfg.checkpoint_interval == 0 or last
+            snapshot = run.step in run.cfg.snapshot_steps
+            stop = False
+            if evaluate or checkpoint or snapshot:
+                self.stepper.sync(k)
+            if snapshot:
+                run.trainer.snapshot(run.model, run.step)
+            if evaluate:
+                run.best, run.target, stop = run.trainer.evaluation(run, last)
+            if checkpoint or stop:
+                run.trainer.save(run)
+            if last or stop:
+                leaving.append(k)
+                if stop:
+                    stopped.add(k)
+        self._leave(leaving, lambda k, run: self._finish(run, k in stopped))
+        clock.paused += time.perf_counter() - pause_start
+
+    def _checkpoint_and_stop(self) -> None:
+        for k, run in enumerate(self.active):
+            self.stepper.sync(k)
+            run.trainer.save(run)
+            run.trainer.interrupted(run.base, run.step)
+        raise TrainingInterrupted(self.active[0].step, [run.run_id for run in self.active])
+
+
+@contextmanager
+def _stop_on_ctrl_c(printer: Printer) -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C (SIGINT); the next one raises KeyboardInterrupt at
+    once. Outside the main thread (where signals cannot be handled) the event stays unset."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handle(signum, frame):
+        interrupted.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        printer("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop at once)")
+
+    signal.signal(signal.SIGINT, handle)
     try:
-        while active:
-            lrs = [learning_rate(run.step, run.cfg) for run in active]
-            losses, tokens = stepper.step(active, lrs)
-            for run, lr, loss, n in zip(active, lrs, losses, tokens):
-                run.step += 1
-                run.lr = lr
-                run.window_loss += loss
-                run.window_steps += 1
-                run.window_tokens += n
-            clock.window_steps += 1
-
-            failing = []
-            for k, run in enumerate(active):
-                if check_every_step or _bookkeeping_step(run):
-                    problem = run.loss_problem(check_every_step)
-                    if problem is not None:
-                        failing.append(k)
-                        printer(f"[{run.run_id}] {problem}")
-                        run.metrics_file.close()
-                        finished[run.run_id] = run.trainer.fail(run.base, run.step, problem)
-            if failing:
-                active = [run for k, run in enumerate(active) if k not in failing]
-                stepper.remove(failing)
-                if not active:
-                    break
-
-            logging = [run for run in active
-                       if run.step % run.cfg.log_interval == 0 or run.step >= run.cfg.steps]
-            if logging:
-                _log(logging, clock, printer, len(active))
-
-            pause_start = time.perf_counter()
-            leaving = []
-            for k, run in enumerate(active):
-                last = run.step >= run.cfg.steps
-                evaluate = run.step % run.cfg.eval_interval == 0 or last
-                checkpoint = run.step % run.cfg.checkpoint_interval == 0 or last
-                snapshot = run.step in run.cfg.snapshot_steps
-                stop = False
-                if evaluate or checkpoint or snapshot:
-                    stepper.sync(k)
-                if snapshot:
-                    run.trainer.snapshot(run.model, run.step)
-                if evaluate:
-                    run.best, run.target, stop = run.trainer.evaluation(run, last)
-                if checkpoint or stop:
-                    run.trainer.save(run)
-                if last or stop:
-                    leaving.append(k)
-                    run.metrics_file.close()
-                    finish(run, stop)
-            if leaving:
-                active = [run for k, run in enumerate(active) if k not in leaving]
-                stepper.remove(leaving)
-            clock.paused += time.perf_counter() - pause_start
+        yield interrupted
     finally:
-        for run in active:
-            run.metrics_file.close()
-    return finished
+        signal.signal(signal.SIGINT, previous)
 
 
 def _bookkeeping_step(run: RunProgress) -> bool:
