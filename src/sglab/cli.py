@@ -203,7 +203,10 @@ def runs(
 
     store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
     if reindex:
-        _out(f"indexed {store.reindex()} runs")
+        def skipped(line: str) -> None:
+            print(f"skipped {line}", file=sys.stderr, flush=True)
+
+        _out(f"indexed {store.reindex(skipped=skipped)} runs")
     rows = store.query(list(where or []))
     if as_json:
         for row in rows:
@@ -231,6 +234,9 @@ def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output di
             raise SglabError("an experiment report is rebuilt in place; drop --out")
         _out(f"report: {write_report(results, path)}")
     elif (path / "summary.json").is_file():
+        from sglab.train.loop import read_summary_file
+
+        read_summary_file(path)  # a damaged summary is a clear error
         _out(f"report: {run_report(path, out or path)}")
     else:
         raise SglabError(f"{str(path)!r} has neither results.json (experiment or sweep output) "
