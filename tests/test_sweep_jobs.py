@@ -46,7 +46,9 @@ def test_sweep_with_ensembles_matches_sweep_without(tmp_path):
     assert [s.get("ensemble_size") for s in with_ensembles] == [2, 2, 2, 2]
     assert all("ensemble_size" not in s for s in alone)
     for a, b in zip(with_ensembles, alone):
-        assert a["run_id"] == b["run_id"] and a["step"] == b["step"]
+        # the same config, kept apart: batched kernels round differently from a lone run's
+        assert a["run_id"] == b["run_id"] + "-ensemble" and a["step"] == b["step"]
+        assert (a["execution"], b["execution"]) == ("ensemble", "alone")
         for key, value in b["final"].items():
             if key.startswith("weight_norm") or key.endswith("loss"):
                 assert abs(a["final"][key] - value) <= 1e-4 * max(1.0, abs(value)), key

@@ -69,7 +69,7 @@ def train(
     """Train one run (or resume one with --resume RUN_ID)."""
     from sglab.config import build_run_config, load_yaml
     from sglab.store import RunStore, runs_dir_from
-    from sglab.train.loop import Trainer, load_run_config
+    from sglab.train.loop import ENSEMBLE_SUFFIX, Trainer, load_run_config
 
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
     if resume:
@@ -89,8 +89,14 @@ def train(
         if model:
             extra.insert(0, f"model.name={model}")
         cfg = build_run_config(base, extra)
-    trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
-    summary = trainer.run(resume=bool(resume))
+    if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
+        from sglab.train.ensemble import EnsembleTrainer
+
+        trainer = Trainer(cfg, root, execution="ensemble")
+        summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
+    else:
+        trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
+        summary = trainer.run(resume=bool(resume))
     if summary["status"] == "failed":
         raise SglabError(f"run {summary['run_id']} failed at step {summary['step']}: "
                          f"{summary.get('error')}")

@@ -92,13 +92,13 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
 
     if workers == 1:
         for job, payload in zip(jobs, payloads):
-            collect(job, run_job(payload, runs_dir, threads, tag, quiet))
+            collect(job, run_job(payload, runs_dir, threads, tag, quiet, ensemble))
         return results  # type: ignore[return-value]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet): job
+        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet, ensemble): job
                    for job, payload in zip(jobs, payloads)}
         for future in as_completed(futures):
             collect(futures[future], future.result())

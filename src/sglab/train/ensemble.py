@@ -102,40 +102,48 @@ class EnsembleTrainer:
 
     def run(self) -> list[dict]:
         """Train every member to its end; returns the summaries in input order."""
-        trainers = [Trainer(c, self.runs_dir, store=self.store, printer=self.print, tag=self.tag)
-                    for c in self.configs]
+        trainers = [Trainer(c, self.runs_dir, store=self.store, printer=self.print, tag=self.tag,
+                            execution="ensemble") for c in self.configs]
         summaries: dict[int, dict] = {}
         pending = []
         for i, trainer in enumerate(trainers):
             summary = trainer.read_summary()
             if summary and summary.get("status") == "finished":
-                summaries[i] = trainer.run()  # records it in the store and says it is skipped
+                summaries[i] = trainer._already_finished(summary)  # re-recorded in the store
             else:
                 pending.append(i)
-        # members resumed from different checkpoints train as separate ensembles
+        # members resumed from different checkpoints train as separate ensembles (of one
+        # member, possibly: still the ensemble arithmetic, as their run ids say)
         by_step: dict[int, list[int]] = {}
         for i in pending:
             by_step.setdefault(trainers[i].checkpoint_step(), []).append(i)
         for indices in by_step.values():
-            if len(indices) == 1:
-                summaries[indices[0]] = trainers[indices[0]].run()
-            else:
-                for i, summary in zip(indices, self._train([trainers[i] for i in indices])):
-                    summaries[i] = summary
+            for i, summary in zip(indices, self._train([trainers[i] for i in indices])):
+                summaries[i] = summary
         return [summaries[i] for i in range(len(trainers))]
 
     # ------------------------------------------------------------------ training
     def _train(self, trainers: list[Trainer]) -> list[dict]:
         device = resolve_device(trainers[0].config.train.device)
+        summaries: dict[str, dict] = {}
         with ExitStack() as locks, torch_threads(trainers[0].config.train.threads, device):
             for trainer in trainers:
                 locks.enter_context(RunLock(trainer.run_dir))
-            tasks: dict = {}
-            runs = [t.prepare(device, tasks) for t in trainers]
-            self.print(f"[ensemble] {len(runs)} runs trained together "
-                       f"({', '.join(run.run_id for run in runs)})")
-            finished = run_schedule(runs, StackedStep(runs), self.print, ensemble_size=len(runs))
-        return [finished[t.run_id] for t in trainers]
+            to_train = []
+            for trainer in trainers:
+                summary = trainer.read_summary()  # a process before us may have finished it
+                if summary and summary.get("status") == "finished":
+                    summaries[trainer.run_id] = summary
+                else:
+                    to_train.append(trainer)
+            if to_train:
+                tasks: dict = {}
+                runs = [t.prepare(device, tasks) for t in to_train]
+                self.print(f"[ensemble] {len(runs)} run(s) trained together "
+                           f"({', '.join(run.run_id for run in runs)})")
+                summaries.update(run_schedule(runs, StackedStep(runs), self.print,
+                                              ensemble_size=len(runs)))
+        return [summaries[t.run_id] for t in trainers]
 
 
 class StackedStep:

@@ -187,14 +187,35 @@ def read_summary_file(run_dir: Path) -> dict | None:
     return summary
 
 
+ENSEMBLE_SUFFIX = "-ensemble"
+
+
+def execution_run_id(config: RunConfig, execution: str = "alone") -> str:
+    """The run id of ``config`` trained ``alone`` or as an ``ensemble`` member.
+
+    An ensemble member gets exactly the updates it would get alone, computed by batched
+    kernels whose float rounding differs from a lone run's; training amplifies that, so
+    the two are different results and are kept apart: ``<config run id>-ensemble``.
+    """
+    if execution not in ("alone", "ensemble"):
+        raise ValueError(f"execution must be alone or ensemble, not {execution!r}")
+    return config.run_id() + (ENSEMBLE_SUFFIX if execution == "ensemble" else "")
+
+
 class Trainer:
-    """Trains one RunConfig into ``runs_dir/<run_id>/`` and keeps the store index current."""
+    """Trains one RunConfig into ``runs_dir/<run_id>/`` and keeps the store index current.
+
+    ``execution="ensemble"``: the run is (or was) trained as an ensemble member by
+    :class:`~sglab.train.ensemble.EnsembleTrainer`; its run id says so
+    (:func:`execution_run_id`)."""
 
     def __init__(self, config: RunConfig, runs_dir: str | Path, store=None,
-                 printer: Printer | None = _default_print, tag: str | None = None):
+                 printer: Printer | None = _default_print, tag: str | None = None,
+                 execution: str = "alone"):
         self.config = config
         self.runs_dir = Path(runs_dir)
-        self.run_id = config.run_id()
+        self.execution = execution
+        self.run_id = execution_run_id(config, execution)
         self.run_dir = self.runs_dir / self.run_id
         self.store = store
         self.print = printer or (lambda line: None)
@@ -223,6 +244,8 @@ class Trainer:
         summary = self.read_summary()
         if summary and summary.get("status") == "finished":
             return self._already_finished(summary)
+        if self.execution != "alone":
+            raise ValueError("an ensemble member is trained by EnsembleTrainer")
         with RunLock(self.run_dir):
             summary = self.read_summary()  # a process before us may have finished it
             if summary and summary.get("status") == "finished":
@@ -304,7 +327,8 @@ class Trainer:
         cfg = self.config.train
         n_params = sum(p.numel() for p in model.parameters())
         base = {
-            "run_id": self.run_id, "task": self.config.task.name, "model": self.config.model.name,
+            "run_id": self.run_id, "execution": self.execution,
+            "task": self.config.task.name, "model": self.config.model.name,
             "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
             "vocab_size": len(task.vocab), "max_length": task.max_length,
             "device": str(device), "threads": torch.get_num_threads(),
@@ -431,8 +455,9 @@ def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = Tr
     return Trainer(config, runs_dir, store=store, printer=printer, tag=tag).run(resume=resume)
 
 
-__all__ = ["LoneStep", "Trainer", "learning_rate", "load_model", "load_run_config", "load_trained",
-           "resolve_device", "torch_threads", "train"]
+__all__ = ["ENSEMBLE_SUFFIX", "LoneStep", "Trainer", "execution_run_id", "learning_rate",
+           "load_model", "load_run_config", "load_trained", "resolve_device", "torch_threads",
+           "train"]
 
 
 def load_trained(run_dir: str | Path, which: str = "last"):
