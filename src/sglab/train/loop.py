@@ -171,6 +171,34 @@ def torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
+SELECTION_METRICS = ("exact_match", "accuracy")
+
+
+def selection_split(cfg, task) -> str | None:
+    """The split that picks the best checkpoint (see ``train.select_on``); None: no split
+    fits (no checkpoint is selected)."""
+    splits = list(task.eval_splits)
+    if cfg.select_on is not None:
+        if cfg.select_on not in splits:
+            raise SglabError(f"train.select_on={cfg.select_on!r} is not an evaluation split of "
+                             f"task {task.config.name!r}; its splits: {', '.join(splits)}")
+        return cfg.select_on
+    target_split = cfg.target_metric.split("/", 1)[0]
+    if "valid" in target_split and target_split in splits:
+        return target_split
+    return "iid_valid" if "iid_valid" in splits else None
+
+
+def selection_metric(split: str | None, record: dict) -> str | None:
+    """The key of ``split``'s exact match (or accuracy) in an evaluation record."""
+    if split is None:
+        return None
+    for name in SELECTION_METRICS:
+        if f"{split}/{name}" in record:
+            return f"{split}/{name}"
+    return None
+
+
 def read_summary_file(run_dir: Path) -> dict | None:
     """The run's ``summary.json`` (None if there is none); a damaged one is a SglabError."""
     path = Path(run_dir) / "summary.json"
@@ -216,6 +244,7 @@ class Trainer:
         self.runs_dir = Path(runs_dir)
         self.execution = execution
         self.run_id = execution_run_id(config, execution)
+        self.select_on: str | None = None  # resolved against the task by prepare()
         self.run_dir = self.runs_dir / self.run_id
         self.store = store
         self.print = printer or (lambda line: None)
@@ -277,6 +306,7 @@ class Trainer:
             tasks[task_key] = build_task(config.task)
             tasks[task_key].check_model(config.model)
         task = tasks[task_key]
+        self.select_on = selection_split(config.train, task)
         torch.manual_seed(config.seed)
         model = build_model(config.model, len(task.vocab), task.max_length).to(device)
         optimizer = make_optimizer(model, config.train, device)
@@ -331,6 +361,7 @@ class Trainer:
             "task": self.config.task.name, "model": self.config.model.name,
             "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
             "vocab_size": len(task.vocab), "max_length": task.max_length,
+            "select_on": self.select_on,
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
         }
@@ -385,12 +416,14 @@ class Trainer:
     def after_eval(self, record, best, target, model):
         """Track the best checkpoint and the first crossing of the target; decide stopping."""
         cfg = self.config.train
-        metric = cfg.target_metric
-        if metric in record and (best is None or record[metric] > best["value"]):
-            best = {"metric": metric, "value": record[metric], "step": record["step"]}
+        selection = selection_metric(self.select_on, record)
+        if selection is not None and (best is None or record[selection] > best["value"]):
+            best = {"metric": selection, "split": self.select_on, "value": record[selection],
+                    "step": record["step"]}
             save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
                             {"step": record["step"], "model": model.state_dict(),
                              "config_hash": self.config.config_hash()})
+        metric = cfg.target_metric
         if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
             target = {"metric": metric, "threshold": cfg.target_threshold,
                       "step": record["step"], "seconds": record["seconds"]}
