@@ -22,7 +22,7 @@ from sglab.errors import SglabError
 from sglab.io import atomic_write_json, atomic_write_text
 from sglab.models import build_model
 from sglab.names import match_names
-from sglab.store import read_metrics
+from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import model_is_causal, target_loss
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
@@ -484,7 +484,9 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = True,
           printer: Printer | None = _default_print, tag: str | None = None) -> dict:
-    """Convenience wrapper: build a Trainer and run it."""
+    """Build a Trainer and run it; the run is indexed in ``runs_dir``'s store unless
+    another ``store`` is given."""
+    store = RunStore(runs_dir) if store is None else store
     return Trainer(config, runs_dir, store=store, printer=printer, tag=tag).run(resume=resume)
 
 
