@@ -88,7 +88,7 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
 
 def test_ray_cli_rejects_pool_options(tmp_path, capsys):
     spec = tmp_path / "s.yaml"
-    spec.write_text("base: {}\n")
+    spec.write_text("base: {task: {name: addition}}\n")
     assert main(["sweep", str(spec), "--backend", "ray", "--workers", "2",
                  "--runs-dir", str(tmp_path / "r")]) == 2
     assert "--workers does not apply to --backend ray" in capsys.readouterr().err

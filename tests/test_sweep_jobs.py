@@ -62,7 +62,7 @@ def test_sweep_backend_mistakes_are_clear_errors(tmp_path, capsys):
     from sglab.cli import main
 
     spec = tmp_path / "s.yaml"
-    spec.write_text("base: {}\n")
+    spec.write_text("base: {task: {name: addition}}\n")
     runs = ["--runs-dir", str(tmp_path / "r")]
     assert main(["sweep", str(spec), "--backend", "slurm", *runs]) == 2
     assert "unknown backend 'slurm'; available: local, ray" in capsys.readouterr().err
