@@ -3,9 +3,10 @@ import json
 import pytest
 import torch
 
+from sglab.cli import main
 from sglab.store import RunStore
 from sglab.train.ensemble import EnsembleTrainer, ensemble_key
-from sglab.train.loop import Trainer, load_trained
+from sglab.train.loop import Trainer, execution_run_id, load_trained
 from tests.conftest import tiny_config
 
 
@@ -20,8 +21,8 @@ def member_configs(*extra):
     ]
 
 
-def final_weights(runs_dir, config):
-    _, _, model = load_trained(runs_dir / config.run_id())
+def final_weights(runs_dir, config, execution="alone"):
+    _, _, model = load_trained(runs_dir / execution_run_id(config, execution))
     return {n: p.detach() for n, p in model.state_dict().items()}
 
 
@@ -32,11 +33,12 @@ def assert_same_as_alone(configs, tmp_path, rtol=1e-4, atol=1e-6):
     assert all(s["ensemble_size"] == len(configs) for s in summaries)
     for config in configs:
         Trainer(config, alone, printer=None).run()
-        a, b = final_weights(together, config), final_weights(alone, config)
+        a, b = final_weights(together, config, "ensemble"), final_weights(alone, config)
         for name in a:
             torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=name)
         metrics = [json.loads(line) for line in
-                   (together / config.run_id() / "metrics.jsonl").read_text().splitlines()]
+                   (together / execution_run_id(config, "ensemble") / "metrics.jsonl")
+                   .read_text().splitlines()]
         reference = [json.loads(line) for line in
                      (alone / config.run_id() / "metrics.jsonl").read_text().splitlines()]
         assert [m["step"] for m in metrics] == [m["step"] for m in reference]
@@ -78,7 +80,7 @@ class Interrupted(Exception):
 def test_ensemble_killed_mid_run_resumes_to_the_same_weights(tmp_path):
     configs = member_configs()
     runs = tmp_path / "runs"
-    second = configs[1].run_id()
+    second = execution_run_id(configs[1], "ensemble")
 
     def die_at_second_members_checkpoint(line):
         if line.startswith(f"[{second}] eval @ 6"):
@@ -86,15 +88,44 @@ def test_ensemble_killed_mid_run_resumes_to_the_same_weights(tmp_path):
 
     with pytest.raises(Interrupted):
         EnsembleTrainer(configs, runs, printer=die_at_second_members_checkpoint).run()
-    assert Trainer(configs[0], runs).checkpoint_step() == 6
-    assert Trainer(configs[2], runs).checkpoint_step() == 0
-    # resuming: member 0 continues alone from the ensemble's checkpoint (optimizer state
+    assert Trainer(configs[0], runs, execution="ensemble").checkpoint_step() == 6
+    assert Trainer(configs[2], runs, execution="ensemble").checkpoint_step() == 0
+    # resuming: member 0 goes on as an ensemble of one from its checkpoint (optimizer state
     # included), members 1 and 2 restart together
     summaries = EnsembleTrainer(configs, runs, printer=None).run()
     assert [s["step"] for s in summaries] == [12, 12, 12]
     alone = tmp_path / "alone"
     for config in configs:
         Trainer(config, alone, printer=None).run()
-        a, b = final_weights(runs, config), final_weights(alone, config)
+        a, b = final_weights(runs, config, "ensemble"), final_weights(alone, config)
         for name in a:
             torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_ensemble_member_with_non_finite_loss_fails_and_the_others_finish(tmp_path):
+    configs = [tiny_config(f"seed={seed}", f"train.lr={lr}", "train.grad_clip=null",
+                           "train.warmup_steps=0", "train.lr_schedule=constant")
+               for seed, lr in [(0, 1e-3), (1, 1e4), (2, 2e-3)]]
+    summaries = EnsembleTrainer(configs, tmp_path, printer=None).run()
+    assert [s["status"] for s in summaries] == ["finished", "failed", "finished"]
+    assert "training loss became" in summaries[1]["error"]
+    assert summaries[0]["step"] == summaries[2]["step"] == 30
+
+
+def test_member_and_lone_run_of_one_config_are_different_runs(tmp_path, capsys):
+    """A member's float rounding differs from a lone run's and training amplifies it, so a
+    config trained both ways is two runs, and neither is mistaken for the other."""
+    configs = member_configs()
+    store = RunStore(tmp_path)
+    members = EnsembleTrainer(configs, tmp_path, store=store, printer=None).run()
+    lone = Trainer(configs[0], tmp_path, store=store, printer=print).run()
+    assert "already finished" not in capsys.readouterr().out  # the lone run really trained
+    assert members[0]["run_id"] == configs[0].run_id() + "-ensemble" != lone["run_id"]
+    assert (members[0]["execution"], lone["execution"]) == ("ensemble", "alone")
+    executions = {row["run_id"]: row["summary"]["execution"] for row in store.query()}
+    assert executions[lone["run_id"]] == "alone" and executions[members[0]["run_id"]] == "ensemble"
+    # an interrupted member resumes from the command line as an ensemble member
+    summary_path = tmp_path / members[1]["run_id"] / "summary.json"
+    summary_path.write_text(json.dumps({**members[1], "status": "running"}))
+    assert main(["train", "--resume", members[1]["run_id"], "--runs-dir", str(tmp_path)]) == 0
+    assert json.loads(summary_path.read_text())["execution"] == "ensemble"

@@ -12,6 +12,7 @@ from sglab.config import build_run_config
 from sglab.experiments import run_experiment
 from sglab.experiments.ndr import first_open_steps
 from sglab.models import build_model
+from sglab.store import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,7 @@ def test_selected_checkpoint_is_the_best_ood_validation_record(ctl_quick):
     root, results = ctl_quick
     for run_id in results["runs"]:
         summary = json.loads((root / "runs" / run_id / "summary.json").read_text())
-        records = [json.loads(line) for line in
-                   (root / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+        records = read_metrics(root / "runs" / run_id)  # evaluations, not training loss
         best = max(r["ood_valid/exact_match"] for r in records)
         assert summary["best"]["value"] == best
         assert summary["best"]["metric"] == "ood_valid/exact_match"

@@ -11,6 +11,7 @@ import pytest
 
 from sglab.cli import main
 from sglab.sweep import SweepSpec, expand
+from sglab.sweep.jobs import sweep_run_id
 from tests.test_store_and_sweep import TINY
 
 ray = pytest.importorskip("ray")
@@ -63,7 +64,7 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
     killed: list[int] = []
     sweep_done = threading.Event()
     watcher = threading.Thread(target=kill_a_worker_after_first_checkpoint,
-                               args=(runs / configs[0].run_id(), killed, sweep_done))
+                               args=(runs / sweep_run_id(configs[0], True), killed, sweep_done))
     watcher.start()
     try:
         summaries = run_configs_ray(configs, runs, tag="ray-test", printer=lambda _: None,
@@ -76,8 +77,9 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
     # (each cell's seeds start as one ensemble; a retry trains members whose checkpoints
     # are at different steps separately, so the summaries need not say "ensemble_size")
     for config in configs:  # the retry resumed: one metrics line per evaluation, no repeats
-        lines = (runs / config.run_id() / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in lines] == [200, 400, 600]
+        lines = (runs / sweep_run_id(config, True) / "metrics.jsonl").read_text().splitlines()
+        evaluations = [json.loads(line) for line in lines if '"kind": "train"' not in line]
+        assert [record["step"] for record in evaluations] == [200, 400, 600]
     capsys.readouterr()
     assert main(["runs", "--runs-dir", str(runs), "--where", "tag=ray-test"]) == 0
     listing = capsys.readouterr().out
@@ -86,7 +88,7 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
 
 def test_ray_cli_rejects_pool_options(tmp_path, capsys):
     spec = tmp_path / "s.yaml"
-    spec.write_text("base: {}\n")
+    spec.write_text("base: {task: {name: addition}}\n")
     assert main(["sweep", str(spec), "--backend", "ray", "--workers", "2",
                  "--runs-dir", str(tmp_path / "r")]) == 2
     assert "--workers does not apply to --backend ray" in capsys.readouterr().err

@@ -36,7 +36,7 @@ def test_pool_sweep_stores_runs_and_rerun_skips_them(tmp_path, capsys):
     configs = expand(spec)
     summaries = run_configs(configs, tmp_path, workers=2, quiet=True, tag="t")
     assert [s["status"] for s in summaries] == ["finished", "finished"]
-    first = [json.loads((tmp_path / c.run_id() / "summary.json").read_text()) for c in configs]
+    first = [json.loads((tmp_path / s["run_id"] / "summary.json").read_text()) for s in summaries]
     again = run_configs(configs, tmp_path, workers=1, tag="t", printer=lambda _: None)
     assert again == first  # nothing retrained
     assert "already finished" in capsys.readouterr().out

@@ -46,7 +46,9 @@ def test_sweep_with_ensembles_matches_sweep_without(tmp_path):
     assert [s.get("ensemble_size") for s in with_ensembles] == [2, 2, 2, 2]
     assert all("ensemble_size" not in s for s in alone)
     for a, b in zip(with_ensembles, alone):
-        assert a["run_id"] == b["run_id"] and a["step"] == b["step"]
+        # the same config, kept apart: batched kernels round differently from a lone run's
+        assert a["run_id"] == b["run_id"] + "-ensemble" and a["step"] == b["step"]
+        assert (a["execution"], b["execution"]) == ("ensemble", "alone")
         for key, value in b["final"].items():
             if key.startswith("weight_norm") or key.endswith("loss"):
                 assert abs(a["final"][key] - value) <= 1e-4 * max(1.0, abs(value)), key
@@ -60,7 +62,7 @@ def test_sweep_backend_mistakes_are_clear_errors(tmp_path, capsys):
     from sglab.cli import main
 
     spec = tmp_path / "s.yaml"
-    spec.write_text("base: {}\n")
+    spec.write_text("base: {task: {name: addition}}\n")
     runs = ["--runs-dir", str(tmp_path / "r")]
     assert main(["sweep", str(spec), "--backend", "slurm", *runs]) == 2
     assert "unknown backend 'slurm'; available: local, ray" in capsys.readouterr().err

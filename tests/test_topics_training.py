@@ -1,12 +1,12 @@
 """Trainer options used by the topic experiment: SGD, squared loss, weight-norm logging."""
 
-import json
 
 import pytest
 import torch
 
 from sglab.config import build_run_config
 from sglab.errors import SglabError
+from sglab.store import read_metrics
 from sglab.tasks.base import target_loss
 from sglab.train import Trainer
 from sglab.train.loop import make_optimizer
@@ -59,7 +59,7 @@ def test_weight_norms_are_logged_at_every_evaluation(tmp_path):
         "train.weight_norms=['blocks.0.attn.W_*', 'output_bias']"])
     summary = Trainer(config, tmp_path, printer=None).run()
     run_dir = tmp_path / config.run_id()
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir)  # the evaluations (metrics.jsonl also holds training loss)
     assert [r["step"] for r in records] == [5, 10, 15, 20]
     keys = {k for k in records[-1] if k.startswith("weight_norm/")}
     assert keys == {"weight_norm/blocks.0.attn.W_Q", "weight_norm/blocks.0.attn.W_K",

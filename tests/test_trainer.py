@@ -9,9 +9,10 @@ import time
 import pytest
 import torch
 
+from sglab.cli import main
 from sglab.config import build_run_config
 from sglab.errors import SglabError
-from sglab.store import RunStore
+from sglab.store import RunStore, read_metrics
 from sglab.train import Trainer
 from sglab.train.loop import learning_rate
 from tests.conftest import tiny_config
@@ -30,8 +31,10 @@ def test_training_learns_and_writes_a_complete_run_directory(tmp_path):
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints/last.pt",
                  "checkpoints/best.pt"):
         assert (run_dir / name).is_file(), name
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir)
     assert [r["step"] for r in records] == [10, 20, 30, 40, 50, 60]
+    every_line = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("kind", "eval") for r in every_line] == ["train", "eval"] * 6
     assert records[-1]["test/loss"] < records[0]["test/loss"]
     assert "test/exact_match/carries=0" in records[-1]
     assert store.query(["status=finished"])[0]["run_id"] == config.run_id()
@@ -82,7 +85,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     # killed after the step-40 evaluation, before its checkpoint: resume from step 20 and
     # drop the metric lines of steps 30 and 40
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"] == 20
-    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 4
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 8  # train + eval
     resumed = Trainer(config, killed_dir, printer=None).run(resume=True)
     clean = Trainer(config, tmp_path / "clean", printer=None).run()
     a, b = _weights(run_dir), _weights(tmp_path / "clean" / config.run_id())
@@ -116,7 +119,7 @@ def test_resume_drops_metrics_written_after_the_checkpoint(tmp_path):
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"] == 20
     with (run_dir / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 4')  # torn line of a write cut short
-    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 4
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 7  # 10-30: train + eval; torn
     Trainer(config, tmp_path / "killed", printer=None).run(resume=True)
     strip = lambda text: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
                           for x in text.splitlines()]
@@ -163,3 +166,66 @@ def test_learning_rate_schedule():
     assert learning_rate(10, cfg) == pytest.approx(0.01)
     assert learning_rate(100, cfg) == pytest.approx(0.001)
     assert 0.001 < learning_rate(55, cfg) < 0.01
+
+
+def test_training_loss_is_recorded_every_log_interval(tmp_path):
+    config = tiny_config("train.steps=40", "train.log_interval=5", "train.eval_interval=20")
+    Trainer(config, tmp_path, printer=None).run()
+    records = read_metrics(tmp_path / config.run_id(), kind="train")
+    assert [r["step"] for r in records] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert all(r["train/loss"] > 0 and r["lr"] > 0 for r in records)
+    assert records[-1]["train/loss"] < records[0]["train/loss"]
+
+
+def test_resume_between_logs_keeps_the_training_loss_records_identical(tmp_path):
+    """A checkpoint in the middle of a logging window: the window's loss sum travels with
+    the checkpoint, so the resumed run writes the same records as an uninterrupted one."""
+    config = tiny_config("train.steps=40", "train.log_interval=10", "train.checkpoint_interval=15",
+                         "train.eval_interval=20")
+    Trainer(config, tmp_path / "clean", printer=None).run()
+
+    def crash_after_step_20_eval(line):
+        if "eval @ 20" in line:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        Trainer(config, tmp_path / "killed", printer=crash_after_step_20_eval).run()
+    Trainer(config, tmp_path / "killed", printer=None).run(resume=True)
+    strip = lambda path: [{k: v for k, v in r.items() if k != "seconds"}
+                          for r in read_metrics(path / config.run_id(), kind="all")]
+    assert strip(tmp_path / "killed") == strip(tmp_path / "clean")
+
+
+def test_non_finite_loss_fails_the_run_at_its_step_with_valid_json(tmp_path):
+    config = tiny_config("train.lr=10000", "train.grad_clip=null", "train.warmup_steps=0",
+                         "train.lr_schedule=constant", "train.steps=200")
+    store = RunStore(tmp_path)
+    summary = Trainer(config, tmp_path, store=store, printer=None).run()
+    run_dir = tmp_path / config.run_id()
+    assert summary["status"] == "failed"
+    assert summary["step"] < 200
+    assert f"at step {summary['step']}" in summary["error"]
+    assert "train.lr" in summary["error"] and "grad_clip" in summary["error"]
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"bare {name} in metrics.jsonl"))
+    json.loads((run_dir / "summary.json").read_text(),
+               parse_constant=lambda name: pytest.fail(f"bare {name} in summary.json"))
+    assert store.query(["status=failed"])[0]["run_id"] == config.run_id()
+
+
+def test_bit_flipped_checkpoint_is_refused_by_the_cli(tmp_path, capsys):
+    config = tiny_config()
+    Trainer(config, tmp_path, printer=None).run()
+    run_dir = tmp_path / config.run_id()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    data = bytearray(checkpoint.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    checkpoint.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["train", "--resume", config.run_id(), "--runs-dir", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert str(checkpoint) in error and ("damaged" in error or "corrupt" in error)
+    assert checkpoint.read_bytes() == bytes(data)  # nothing was rewritten

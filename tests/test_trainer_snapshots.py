@@ -7,7 +7,7 @@ from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
 from sglab.train.ensemble import EnsembleTrainer
-from sglab.train.loop import Trainer, load_trained, train
+from sglab.train.loop import Trainer, execution_run_id, load_model, load_trained, train
 from tests.conftest import tiny_config
 
 
@@ -40,7 +40,25 @@ def test_ensemble_members_keep_the_snapshots_a_lone_run_keeps(tmp_path):
     EnsembleTrainer(configs, tmp_path / "together", printer=None).run()
     Trainer(configs[1], tmp_path / "alone", printer=None).run()
     for step in (0, 10):
-        together = load_trained(tmp_path / "together" / configs[1].run_id(), f"step_{step}")[2]
+        member_dir = tmp_path / "together" / execution_run_id(configs[1], "ensemble")
+        together = load_trained(member_dir, f"step_{step}")[2]
         alone = load_trained(tmp_path / "alone" / configs[1].run_id(), f"step_{step}")[2]
         for (name, a), b in zip(together.state_dict().items(), alone.state_dict().values()):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_load_model_rebuilds_the_model_from_the_summary_without_the_task(tmp_path, monkeypatch):
+    config = tiny_config("train.steps=10")
+    train(config, tmp_path, printer=None)
+    _, task, expected = load_trained(tmp_path / config.run_id())
+    summary = Trainer(config, tmp_path).read_summary()
+    assert (summary["vocab_size"], summary["max_length"]) == (len(task.vocab), task.max_length)
+
+    def no_task(*args, **kwargs):
+        raise AssertionError("load_model must not build the task")
+
+    monkeypatch.setattr("sglab.train.loop.build_task", no_task)
+    loaded_config, model = load_model(tmp_path / config.run_id())
+    assert loaded_config == config
+    for name, tensor in expected.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name

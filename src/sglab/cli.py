@@ -69,7 +69,7 @@ def train(
     """Train one run (or resume one with --resume RUN_ID)."""
     from sglab.config import build_run_config, load_yaml
     from sglab.store import RunStore, runs_dir_from
-    from sglab.train.loop import Trainer, load_run_config
+    from sglab.train.loop import ENSEMBLE_SUFFIX, Trainer, load_run_config
 
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
     if resume:
@@ -89,8 +89,17 @@ def train(
         if model:
             extra.insert(0, f"model.name={model}")
         cfg = build_run_config(base, extra)
-    trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
-    summary = trainer.run(resume=bool(resume))
+    if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
+        from sglab.train.ensemble import EnsembleTrainer
+
+        trainer = Trainer(cfg, root, execution="ensemble")
+        summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
+    else:
+        trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
+        summary = trainer.run(resume=bool(resume))
+    if summary["status"] == "failed":
+        raise SglabError(f"run {summary['run_id']} failed at step {summary['step']}: "
+                         f"{summary.get('error')}")
     _out(f"run {summary['run_id']} {summary['status']} in {root / summary['run_id']}")
     if out:
         from sglab.report.run import run_report
@@ -200,7 +209,10 @@ def runs(
 
     store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
     if reindex:
-        _out(f"indexed {store.reindex()} runs")
+        def skipped(line: str) -> None:
+            print(f"skipped {line}", file=sys.stderr, flush=True)
+
+        _out(f"indexed {store.reindex(skipped=skipped)} runs")
     rows = store.query(list(where or []))
     if as_json:
         for row in rows:
@@ -228,6 +240,9 @@ def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output di
             raise SglabError("an experiment report is rebuilt in place; drop --out")
         _out(f"report: {write_report(results, path)}")
     elif (path / "summary.json").is_file():
+        from sglab.train.loop import read_summary_file
+
+        read_summary_file(path)  # a damaged summary is a clear error
         _out(f"report: {run_report(path, out or path)}")
     else:
         raise SglabError(f"{str(path)!r} has neither results.json (experiment or sweep output) "
@@ -252,8 +267,8 @@ def data_export(
     `IN: ... OUT: ...` line format."""
     import difflib
 
+    from sglab.io import atomic_write_text
     from sglab.tasks.scan import build_split, format_lines
-    from sglab.train.checkpoints import atomic_write_text
 
     if dataset not in EXPORTERS:
         near = difflib.get_close_matches(dataset, EXPORTERS, n=1, cutoff=0.4)
@@ -265,17 +280,33 @@ def data_export(
         _out(f"{out / f'{name}.txt'}: {len(examples)} examples")
 
 
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of type ``kind`` in ``exc``'s chain of causes and contexts."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Usage errors exit 2 (click); SglabError prints its message and exits 2."""
     try:
         app(args=argv)
     except SystemExit as exc:  # click ends every command with one
+        interrupt = _cause(exc, KeyboardInterrupt)  # typer turns Ctrl-C into exit 130
+        if interrupt is not None:
+            print(str(interrupt) or "interrupted; rerun the same command to resume",
+                  file=sys.stderr)
+            return 130
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except SglabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # TrainingInterrupted says where and how to resume
+        print(str(exc) or "interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return 0
 

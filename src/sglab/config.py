@@ -75,6 +75,12 @@ class TrainConfig(StrictModel):
         "test/exact_match", description="Metric whose first crossing of target_threshold is timed."
     )
     target_threshold: float = 0.99
+    select_on: str | None = Field(
+        None, description="Split whose exact match (or accuracy) picks the best checkpoint "
+                          "(checkpoints/best.pt, summary 'best'). null: the validation split of "
+                          "target_metric if it is one (e.g. ood_valid), else the task's IID "
+                          "validation split (iid_valid), else none; never a test split by default."
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(
         None, ge=1, description="torch intra-op threads on CPU (null = leave torch's default)."

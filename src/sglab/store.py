@@ -12,12 +12,14 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sglab.errors import SglabError
+from sglab.io import json_line
 
 DEFAULT_RUNS_DIR = "runs"
 COLUMNS = ("run_id", "config_hash", "task", "model", "seed", "status", "step", "tag",
@@ -33,17 +35,42 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The evaluation records of a run (``metrics.jsonl``), oldest first."""
+def read_metrics(run_dir: str | Path, kind: str = "eval") -> list[dict[str, Any]]:
+    """Records of a run's ``metrics.jsonl``, oldest first.
+
+    ``kind="eval"``: the evaluations (records without a ``kind`` field); ``"train"``: the
+    training-loss records (``{"kind": "train", "step", "train/loss", "lr", "seconds"}``,
+    one per ``train.log_interval`` steps); ``"all"``: both, in the order written.
+    """
+    if kind not in ("eval", "train", "all"):
+        raise ValueError(f"kind must be eval, train or all, not {kind!r}")
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    if kind == "all":
+        return records
+    return [r for r in records if r.get("kind", "eval") == kind]
 
 
 def runs_dir_from(option: str | None) -> Path:
-    """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs."""
-    return Path(option or os.environ.get("SGLAB_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs (a directory, or a path not yet taken)."""
+    path = Path(option or os.environ.get("SGLAB_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    if path.exists() and not path.is_dir():
+        raise SglabError(f"runs directory {str(path)!r} is a file, not a directory; pass "
+                         "--runs-dir (or set SGLAB_RUNS_DIR to) a directory")
+    return path
+
+
+def _dotted_paths(data: Any, prefix: str = "") -> set[str]:
+    """Every ``a.b.c`` path of a nested dict (the paths of its dicts included)."""
+    paths: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}{key}"
+            paths.add(path)
+            paths |= _dotted_paths(value, path + ".")
+    return paths
 
 
 class RunStore:
@@ -52,7 +79,11 @@ class RunStore:
         self.db_path = self.runs_dir / "runs.db"
 
     def _connect(self) -> sqlite3.Connection:
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SglabError(f"cannot use {str(self.runs_dir)!r} as the runs directory: "
+                             f"{exc.strerror}; pass --runs-dir a writable directory") from None
         conn = sqlite3.connect(self.db_path, timeout=60)
         # Switching a new database to WAL takes a lock that the busy timeout does not
         # cover, so concurrent first connections retry. WAL mode persists in the file.
@@ -81,7 +112,7 @@ class RunStore:
             if hasattr(config, "config_hash") else summary.get("config_hash", ""),
             data["task"]["name"], data["model"]["name"], data.get("seed"),
             summary.get("status"), summary.get("step"), tag, time.time(), str(run_dir),
-            json.dumps(data), json.dumps(summary),
+            json.dumps(data), json_line(summary),
         )
         conn = self._connect()
         try:
@@ -95,21 +126,55 @@ class RunStore:
         finally:
             conn.close()
 
-    def reindex(self) -> int:
-        """Rebuild the index from the run directories; returns the number of runs found."""
+    def reindex(self, skipped: Callable[[str], None] | None = None) -> int:
+        """Rebuild the index from the run directories; returns the number of runs indexed.
+        Each run directory that cannot be read is named, with the reason, to ``skipped``."""
         from sglab.config import RunConfig, validate
 
         count = 0
-        for summary_path in sorted(self.runs_dir.glob("*/summary.json")):
-            run_dir = summary_path.parent
+        run_dirs = sorted({p.parent for pattern in ("*/summary.json", "*/config.yaml")
+                           for p in self.runs_dir.glob(pattern)})
+        for run_dir in run_dirs:
             try:
                 config = validate(RunConfig, yaml.safe_load((run_dir / "config.yaml").read_text()))
-                summary = json.loads(summary_path.read_text())
-            except (OSError, ValueError, SglabError):
+                summary = json.loads((run_dir / "summary.json").read_text())
+                if not isinstance(summary, dict):
+                    raise ValueError("summary.json does not hold a JSON object")
+            except (OSError, ValueError, SglabError) as exc:
+                if skipped is not None:
+                    reason = (f"{exc.strerror}: {Path(exc.filename).name}"
+                              if isinstance(exc, OSError) and exc.filename else str(exc))
+                    skipped(f"{run_dir.name}: {reason.splitlines()[0]}")
                 continue
             self.record(run_dir, config, summary)
             count += 1
         return count
+
+    def _known_paths(self) -> tuple[set[str], set[str]]:
+        """Dotted config paths and summary paths present in at least one indexed run."""
+        config_paths: set[str] = set()
+        summary_paths: set[str] = set()
+        if not self.db_path.exists():
+            return config_paths, summary_paths
+        conn = self._connect()
+        try:
+            for config_json, summary_json in conn.execute(
+                    "SELECT config_json, summary_json FROM runs"):
+                config_paths |= _dotted_paths(json.loads(config_json))
+                summary_paths |= _dotted_paths(json.loads(summary_json))
+        finally:
+            conn.close()
+        return config_paths, summary_paths
+
+    @staticmethod
+    def _unknown_key_message(key: str, config_paths: set[str], summary_paths: set[str]) -> str:
+        import difflib
+
+        near = difflib.get_close_matches(key, sorted(config_paths | summary_paths), n=3)
+        hint = f" Did you mean {', '.join(near)}?" if near else ""
+        return (f"no run in the store has {key!r}.{hint} Filter on a column "
+                f"({', '.join(c for c in COLUMNS if c not in ('updated', 'path'))}), a config "
+                "path (model.pos_encoding) or a summary path (final.test/exact_match).")
 
     def query(self, where: list[str] | None = None) -> list[dict[str, Any]]:
         """Rows matching every ``KEY OP VALUE`` filter.
@@ -119,6 +184,7 @@ class RunStore:
         OP is one of = != < <= > >=.
         """
         clauses, params = [], []
+        config_paths, summary_paths = self._known_paths() if where else (set(), set())
         for text in where or []:
             match = re.fullmatch(r"\s*([\w./=-]+?)\s*(<=|>=|!=|=|<|>)\s*(.*?)\s*", text)
             if not match:
@@ -131,8 +197,14 @@ class RunStore:
             if key in COLUMNS:
                 clauses.append(f"{key} {op} ?")
             else:
-                top = key.split(".", 1)[0]
-                column = "summary_json" if top in ("final", "best", "target") else "config_json"
+                if key in summary_paths:
+                    column = "summary_json"
+                elif key in config_paths:
+                    column = "config_json"
+                elif not config_paths:  # nothing indexed: nothing can match
+                    column = "config_json"
+                else:
+                    raise SglabError(self._unknown_key_message(key, config_paths, summary_paths))
                 path = "$." + ".".join(f'"{part}"' for part in key.split("."))
                 clauses.append(f"json_extract({column}, '{path}') {op} ?")
             params.append(value)

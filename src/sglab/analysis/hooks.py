@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import fnmatch
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from sglab.errors import SglabError
 from sglab.models.hookpoint import HookPoint
+from sglab.names import match_names  # re-exported: analyses import it from here
 
 
 def hook_names(model: nn.Module) -> list[str]:
     """All names that :func:`capture` accepts for this model."""
     return [name for name, module in model.named_modules() if isinstance(module, HookPoint)]
-
-
-def match_names(names: list[str], patterns: list[str], what: str = "hook point") -> list[str]:
-    """The names matched by shell-wildcard ``patterns``, in order, without repeats.
-
-    A pattern that matches nothing is a SglabError that shows what names look like.
-    """
-    chosen: list[str] = []
-    for pattern in patterns:
-        matches = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-        if not matches:
-            sample = ", ".join(names[:8])
-            raise SglabError(f"no {what} matches {pattern!r}; names look like: {sample}, ...")
-        chosen.extend(m for m in matches if m not in chosen)
-    return chosen
 
 
 def _resolve(model: nn.Module, patterns: list[str]) -> dict[str, HookPoint]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from sglab.tasks.addition import order_blind_ceiling  # moved to the task it probes
+
 
 @torch.no_grad()
 def permutation_sensitivity(model, input_ids: torch.Tensor, permutations: int = 8,
@@ -38,18 +40,4 @@ def permutation_sensitivity(model, input_ids: torch.Tensor, permutations: int = 
         model.train(was_training)
 
 
-def order_blind_ceiling(prompts: list[list[int]], answers: list[list[int]]) -> float:
-    """Best exact-match accuracy of any model whose prediction ignores token order.
-
-    Such a model's prediction at each step depends only on the multiset of the
-    earlier tokens and on the last token. By induction its whole greedy answer is
-    a function of (multiset(prompt[:-1]), prompt[-1]), so the best it can do is
-    answer each group of prompts with that key by the group's most common answer.
-    """
-    groups: dict[tuple, dict[tuple, int]] = {}
-    for prompt, answer in zip(prompts, answers):
-        key = (tuple(sorted(prompt[:-1])), prompt[-1])
-        counts = groups.setdefault(key, {})
-        counts[tuple(answer)] = counts.get(tuple(answer), 0) + 1
-    best = sum(max(counts.values()) for counts in groups.values())
-    return best / max(len(prompts), 1)
+__all__ = ["order_blind_ceiling", "permutation_sensitivity"]

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sglab.train.checkpoints import atomic_write_bytes
+from sglab.io import atomic_write_bytes
 
 
 def new_figure(width: float = 6.0, height: float = 4.0, ncols: int = 1, nrows: int = 1):

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sglab.train.checkpoints import atomic_write_text
+from sglab.io import atomic_write_text
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}

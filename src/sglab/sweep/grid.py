@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from sglab.config import RunConfig, StrictModel, build_run_config, load_yaml, validate
+from sglab.errors import SglabError
 
 
 class SweepSpec(StrictModel):
@@ -61,4 +62,12 @@ def expand(spec: SweepSpec, overrides: list[str] | None = None) -> list[RunConfi
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    return validate(SweepSpec, load_yaml(path))
+    """The sweep file at ``path``; an empty one, or one with neither ``base`` nor ``grid``,
+    is an error (it would otherwise train one run of the default config)."""
+    data = load_yaml(path)
+    if not data.get("base") and not data.get("grid"):
+        raise SglabError(
+            f"sweep file {str(path)!r} is empty or has neither 'base' nor 'grid'; write for "
+            "example:\n  name: pe\n  base: {task: {name: addition}}\n  grid: "
+            "{model.pos_encoding: [learned, none]}\n  seeds: 3")
+    return validate(SweepSpec, data)

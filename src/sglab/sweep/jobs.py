@@ -27,10 +27,25 @@ def available_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-def _is_finished(config: RunConfig, runs_dir: Path) -> bool:
+def execution_of(config: RunConfig, ensemble: bool) -> str:
+    """How a sweep trains ``config``: as an ensemble member whenever it can join one
+    (even an ensemble of one, so that its run id does not depend on how many workers
+    split the sweep), else alone."""
+    from sglab.train.ensemble import ensemble_key
+
+    return "ensemble" if ensemble and ensemble_key(config) is not None else "alone"
+
+
+def sweep_run_id(config: RunConfig, ensemble: bool) -> str:
+    from sglab.train.loop import execution_run_id
+
+    return execution_run_id(config, execution_of(config, ensemble))
+
+
+def _is_finished(config: RunConfig, runs_dir: Path, ensemble: bool) -> bool:
     import json
 
-    path = runs_dir / config.run_id() / "summary.json"
+    path = runs_dir / sweep_run_id(config, ensemble) / "summary.json"
     try:
         return json.loads(path.read_text()).get("status") == "finished"
     except (OSError, ValueError):
@@ -53,7 +68,7 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
     jobs: list[list[int]] = []
     for i, config in enumerate(configs):
         key = ensemble_key(config) if ensemble else None
-        if key is None or _is_finished(config, runs_dir):
+        if key is None or _is_finished(config, runs_dir, ensemble):
             jobs.append([i])
         else:
             groups.setdefault(key, []).append(i)
@@ -72,11 +87,14 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
 
 
 def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: str | None,
-            quiet: bool) -> list[dict]:
-    """Train one job (a run or an ensemble) in this process; returns one summary per run."""
+            quiet: bool, ensemble: bool = True) -> list[dict]:
+    """Train one job (a run or an ensemble) in this process; returns one summary per run.
+    With ``ensemble``, configs that can join an ensemble are trained as members (see
+    :func:`execution_of`), even a job of one."""
     import torch
 
     from sglab.config import validate
+    from sglab.errors import RunBusyError
     from sglab.store import RunStore
     from sglab.train.ensemble import EnsembleTrainer
     from sglab.train.loop import Trainer
@@ -86,11 +104,15 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
     configs = [validate(RunConfig, data) for data in config_data]
     printer = None if quiet else (lambda line: print(line, flush=True))
     store = RunStore(runs_dir)
-    trainers = [Trainer(c, runs_dir, store=store, printer=printer, tag=tag) for c in configs]
+    execution = execution_of(configs[0], ensemble)
+    trainers = [Trainer(c, runs_dir, store=store, printer=printer, tag=tag, execution=execution)
+                for c in configs]
     try:
-        if len(configs) == 1:
-            return [trainers[0].run(resume=True)]
+        if execution == "alone":
+            return [trainer.run(resume=True) for trainer in trainers]
         return EnsembleTrainer(configs, runs_dir, store=store, printer=printer, tag=tag).run()
+    except RunBusyError as exc:  # another process trains it: leave its files alone
+        return [{"run_id": t.run_id, "status": "busy", "error": str(exc)} for t in trainers]
     except Exception as exc:  # record and go on with the other jobs
         summaries = []
         for trainer in trainers:
@@ -119,4 +141,6 @@ def describe_jobs(jobs: list[list[int]]) -> str:
 def summary_line(summary: dict) -> str:
     metric = (summary.get("final") or {}).get("test/exact_match")
     shown = f" test/exact_match {metric:.4f}" if metric is not None else ""
+    if summary.get("status") == "failed" and summary.get("error"):
+        shown += f" ({summary['error'].splitlines()[0]})"
     return f"{summary.get('run_id')} {summary.get('status')}{shown}"

@@ -13,14 +13,43 @@ so busy neighbours do not stall each other. ``workers`` / ``threads`` override i
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from sglab.config import RunConfig
 from sglab.store import RunStore
 from sglab.sweep.jobs import available_cores, describe_jobs, plan_jobs, run_job, summary_line
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (worker) process end when the process ``parent_pid`` ends, even by SIGKILL.
+
+    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere a watchdog thread checks the parent once a second. A worker killed this way
+    leaves its run as a SIGKILL would: resumable from its last checkpoint.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sglab-parent-watchdog", daemon=True).start()
 
 
 def plan_placement(n_jobs: int, workers: int | None = None,
@@ -63,12 +92,13 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
 
     if workers == 1:
         for job, payload in zip(jobs, payloads):
-            collect(job, run_job(payload, runs_dir, threads, tag, quiet))
+            collect(job, run_job(payload, runs_dir, threads, tag, quiet, ensemble))
         return results  # type: ignore[return-value]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet): job
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
+        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet, ensemble): job
                    for job, payload in zip(jobs, payloads)}
         for future in as_completed(futures):
             collect(futures[future], future.result())

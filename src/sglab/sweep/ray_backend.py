@@ -17,7 +17,7 @@ from pathlib import Path
 from sglab.config import RunConfig
 from sglab.errors import SglabError
 from sglab.store import RunStore
-from sglab.sweep.jobs import describe_jobs, plan_jobs, run_job, summary_line
+from sglab.sweep.jobs import describe_jobs, plan_jobs, run_job, summary_line, sweep_run_id
 
 
 def import_ray():
@@ -54,7 +54,8 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
             gpus = 1 if any(configs[i].train.device == "cuda" for i in job) else 0
             options = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries,
                                      retry_exceptions=False)
-            ref = options.remote([configs[i].to_dict() for i in job], runs_dir, threads, tag, quiet)
+            ref = options.remote([configs[i].to_dict() for i in job], runs_dir, threads, tag, quiet,
+                                 ensemble)
             pending[ref] = job
         results: list[dict | None] = [None] * len(configs)
         done, last_report = 0, time.monotonic()
@@ -65,7 +66,7 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                 try:
                     summaries = ray.get(ref)
                 except Exception as exc:  # retries exhausted (e.g. a node died repeatedly)
-                    summaries = [{"run_id": configs[i].run_id(), "status": "failed",
+                    summaries = [{"run_id": sweep_run_id(configs[i], ensemble), "status": "failed",
                                   "error": f"{type(exc).__name__}: {exc}"} for i in job]
                 for index, summary in zip(job, summaries):
                     results[index] = summary

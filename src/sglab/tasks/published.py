@@ -47,8 +47,8 @@ from pydantic import Field
 
 from sglab import registry
 from sglab.errors import SglabError
+from sglab.io import atomic_write_bytes, atomic_write_text
 from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
-from sglab.train.checkpoints import atomic_write_bytes, atomic_write_text
 
 CHECKSUMS = "SHA256SUMS"
 Pairs = list[tuple[str, str]]

@@ -1,68 +1,97 @@
-"""Atomic checkpoint files: written to a temporary file, fsynced, then renamed."""
+"""Checkpoints: written atomically, with a SHA-256 of their contents that is checked on load.
+
+A checkpoint is an ordinary ``torch.save`` archive (``torch.load`` reads it) holding one
+more entry, ``sglab_sha256``: the SHA-256 over the name and bytes of every other entry.
+:func:`load_checkpoint` recomputes it, so a flipped bit anywhere in the data is an error,
+never a silent resume. Files written before checksums existed (format 1) still load.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
+import io
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from sglab.errors import SglabError
+from sglab.io import (  # re-exported: older code imports the atomic writers from here
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    sha256_hex,
+)
 
-FORMAT_VERSION = 1
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Call ``write(file)`` on a temp file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+FORMAT_VERSION = 2
+_UNCHECKED_VERSIONS = (1,)  # written before checksums
+CHECKSUM_ENTRY = "sglab_sha256"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, lambda f: f.write(text.encode()))
+def _contents_digest(archive: zipfile.ZipFile, prefix: str) -> str:
+    parts: list[bytes] = []
+    for name in sorted(archive.namelist()):
+        if name == f"{prefix}/{CHECKSUM_ENTRY}":
+            continue
+        content = archive.read(name)
+        parts += [name.encode(), len(content).to_bytes(8, "little"), content]
+    return sha256_hex(*parts)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def _prefix(archive: zipfile.ZipFile) -> str:
+    return archive.namelist()[0].split("/", 1)[0]
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    state = {"format_version": FORMAT_VERSION, **state}
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
+    buffer = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **state}, buffer)
+    with zipfile.ZipFile(buffer, "a") as archive:
+        prefix = _prefix(archive)
+        archive.writestr(f"{prefix}/{CHECKSUM_ENTRY}", _contents_digest(archive, prefix))
+    atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
+
+
+def _stored_checksum(data: bytes) -> tuple[str | None, str | None]:
+    """(checksum written in the file, checksum of its contents); (None, None) without one."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        prefix = _prefix(archive)
+        name = f"{prefix}/{CHECKSUM_ENTRY}"
+        if name not in archive.namelist():
+            return None, None
+        return archive.read(name).decode("ascii", errors="replace"), _contents_digest(archive, prefix)
 
 
 def load_checkpoint(path: Path, expected_hash: str | None = None,
                     required: tuple[str, ...] = ("step", "model")) -> dict[str, Any]:
     """Load and check a checkpoint; any damage is a clear SglabError, never a silent restart."""
+    path = Path(path)
     what_to_do = (f"Delete {str(path.parent.parent)!r} to train this run again from scratch, "
                   "or restore the file from a backup.")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SglabError(f"checkpoint {str(path)!r} does not exist") from None
-    except Exception as exc:  # truncated zip, bad pickle, wrong file type, ...
+    except OSError as exc:
+        raise SglabError(f"cannot read checkpoint {str(path)!r}: {exc.strerror}") from None
+    try:
+        written, actual = _stored_checksum(data)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, bad CRC, bad pickle, wrong file type, ...
         raise SglabError(
             f"checkpoint {str(path)!r} is corrupt or truncated ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). {what_to_do}"
         ) from None
-    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+    if not isinstance(state, dict) or "format_version" not in state:
         raise SglabError(f"checkpoint {str(path)!r} is not an sglab checkpoint. {what_to_do}")
+    if state["format_version"] not in _UNCHECKED_VERSIONS:
+        if state["format_version"] != FORMAT_VERSION or written is None:
+            raise SglabError(f"checkpoint {str(path)!r} is not an sglab checkpoint of format "
+                             f"{FORMAT_VERSION} (or lost its checksum). {what_to_do}")
+        if written != actual:
+            raise SglabError(
+                f"checkpoint {str(path)!r} is damaged: the SHA-256 of its contents "
+                f"({actual[:12]}...) differs from the one written with it ({written[:12]}...). "
+                f"{what_to_do}")
     missing = [k for k in required if k not in state]
     if missing:
         raise SglabError(f"checkpoint {str(path)!r} lacks {missing}. {what_to_do}")
@@ -72,3 +101,7 @@ def load_checkpoint(path: Path, expected_hash: str | None = None,
             f"{what_to_do}"
         )
     return state
+
+
+__all__ = ["FORMAT_VERSION", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+           "load_checkpoint", "save_checkpoint"]

@@ -27,27 +27,18 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
 from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
-from sglab.models import build_model
-from sglab.tasks import build_task
 from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
-from sglab.train.loop import (
-    Trainer,
-    format_seconds,
-    learning_rate,
-    make_optimizer,
-    pop_aux_loss,
-    resolve_device,
-    select_weights,
-)
+from sglab.train.lock import RunLock
+from sglab.train.loop import Trainer, pop_aux_loss, resolve_device, torch_threads
+from sglab.train.schedule import RunProgress, run_schedule
 
 # Config fields that may differ between the members of one ensemble.
 MEMBER_FIELDS = (
@@ -94,25 +85,6 @@ def _pad_and_stack(batches: list[Batch]) -> Batch:
     return Batch(torch.stack(ids), torch.stack(targets), torch.stack(masks) if has_mask else None)
 
 
-class _Member:
-    """One run inside an ensemble: its Trainer (files), task, model copy, data order."""
-
-    def __init__(self, trainer: Trainer, task, model, generator, optimizer):
-        self.trainer, self.task, self.model = trainer, task, model
-        self.generator, self.optimizer = generator, optimizer
-        self.cfg = trainer.config.train
-        self.step, self.elapsed, self.best, self.target, self.metric_lines = 0, 0.0, None, None, 0
-        self.launched = time.perf_counter()
-        self.norm_names: list[str] = []
-        self.base: dict = {}
-        self.metrics_file = None
-        self.train_tokens = 0
-
-    def seconds(self) -> float:
-        """Seconds since launch, across resumes (time-to-target counts from launch)."""
-        return time.perf_counter() - self.launched + self.elapsed
-
-
 class EnsembleTrainer:
     """Trains compatible RunConfigs (same :func:`ensemble_key`) together."""
 
@@ -130,164 +102,105 @@ class EnsembleTrainer:
 
     def run(self) -> list[dict]:
         """Train every member to its end; returns the summaries in input order."""
-        trainers = [Trainer(c, self.runs_dir, store=self.store, printer=self.print, tag=self.tag)
-                    for c in self.configs]
+        trainers = [Trainer(c, self.runs_dir, store=self.store, printer=self.print, tag=self.tag,
+                            execution="ensemble") for c in self.configs]
         summaries: dict[int, dict] = {}
         pending = []
         for i, trainer in enumerate(trainers):
             summary = trainer.read_summary()
             if summary and summary.get("status") == "finished":
-                summaries[i] = trainer.run()  # records it in the store and says it is skipped
+                summaries[i] = trainer._already_finished(summary)  # re-recorded in the store
             else:
                 pending.append(i)
-        # members resumed from different checkpoints train as separate ensembles
+        # members resumed from different checkpoints train as separate ensembles (of one
+        # member, possibly: still the ensemble arithmetic, as their run ids say)
         by_step: dict[int, list[int]] = {}
         for i in pending:
             by_step.setdefault(trainers[i].checkpoint_step(), []).append(i)
         for indices in by_step.values():
-            if len(indices) == 1:
-                summaries[indices[0]] = trainers[indices[0]].run()
-            else:
-                for i, summary in zip(indices, self._train([trainers[i] for i in indices])):
-                    summaries[i] = summary
+            for i, summary in zip(indices, self._train([trainers[i] for i in indices])):
+                summaries[i] = summary
         return [summaries[i] for i in range(len(trainers))]
-
-    # ------------------------------------------------------------------ setup
-    def _build_member(self, trainer: Trainer, device, tasks: dict) -> _Member:
-        config = trainer.config
-        task_key = json.dumps(config.task.model_dump(mode="json"), sort_keys=True)
-        if task_key not in tasks:
-            tasks[task_key] = build_task(config.task)
-            tasks[task_key].check_model(config.model)
-        task = tasks[task_key]
-        torch.manual_seed(config.seed)
-        model = build_model(config.model, len(task.vocab), task.max_length).to(device)
-        optimizer = make_optimizer(model, config.train, device)
-        generator = torch.Generator().manual_seed(config.seed)
-        member = _Member(trainer, task, model, generator, optimizer)
-        member.model_device = device
-        member.norm_names = select_weights(model, config.train.weight_norms)
-        state = trainer.restore(model, optimizer, generator, device)
-        if state is not None:
-            member.step, member.elapsed = state["step"], state["elapsed"]
-            member.best, member.target = state.get("best"), state.get("target")
-            member.metric_lines = state.get("metric_lines", 0)
-        member.launched = time.perf_counter()
-        member.base = trainer.start(model, device, member.step, member.metric_lines)
-        return member
 
     # ------------------------------------------------------------------ training
     def _train(self, trainers: list[Trainer]) -> list[dict]:
-        cfg0 = trainers[0].config.train
-        device = resolve_device(cfg0.device)
-        if cfg0.threads and device.type == "cpu":
-            torch.set_num_threads(cfg0.threads)
-        tasks: dict = {}
-        members = [self._build_member(t, device, tasks) for t in trainers]
-        template = members[0].model
-        causal = model_is_causal(template)
+        device = resolve_device(trainers[0].config.train.device)
+        summaries: dict[str, dict] = {}
+        with ExitStack() as locks, torch_threads(trainers[0].config.train.threads, device):
+            for trainer in trainers:
+                locks.enter_context(RunLock(trainer.run_dir))
+            to_train = []
+            for trainer in trainers:
+                summary = trainer.read_summary()  # a process before us may have finished it
+                if summary and summary.get("status") == "finished":
+                    summaries[trainer.run_id] = summary
+                else:
+                    to_train.append(trainer)
+            if to_train:
+                tasks: dict = {}
+                runs = [t.prepare(device, tasks) for t in to_train]
+                self.print(f"[ensemble] {len(runs)} run(s) trained together "
+                           f"({', '.join(run.run_id for run in runs)})")
+                summaries.update(run_schedule(runs, StackedStep(runs), self.print,
+                                              ensemble_size=len(runs)))
+        return [summaries[t.run_id] for t in trainers]
+
+
+class StackedStep:
+    """One optimizer step of every member at once: a vmapped forward/backward over the
+    members' stacked parameters, then per-member clipping and AdamW/SGD arithmetic."""
+
+    def __init__(self, runs: list[RunProgress]):
+        self.runs = list(runs)
+        template = runs[0].model
+        self.template = template
+        self.causal = model_is_causal(template)
+        self.device = runs[0].device
+        cfg = runs[0].cfg
         trainable = [n for n, p in template.named_parameters() if p.requires_grad]
         frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
         buffer_names = [n for n, _ in template.named_buffers()]
-        stack = _Stack(members, trainable, frozen, buffer_names, cfg0)
-        self.print(f"[ensemble] {len(members)} runs trained together "
-                   f"({', '.join(m.trainer.run_id for m in members)})")
+        self.stack = _Stack(runs, trainable, frozen, buffer_names, cfg)
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                         if cfg.precision == "bf16" and self.device.type == "cuda" else nullcontext())
 
-        def member_forward(params, constants, input_ids, key_padding_mask):
-            logits = functional_call(template, (params, constants), (input_ids,),
-                                     {"key_padding_mask": key_padding_mask})
-            aux_loss = pop_aux_loss(template)  # read inside vmap: one value per member
-            return logits, (torch.zeros((), device=logits.device) if aux_loss is None
-                            else aux_loss)
+    def _member_forward(self, params, constants, input_ids, key_padding_mask):
+        logits = functional_call(self.template, (params, constants), (input_ids,),
+                                 {"key_padding_mask": key_padding_mask})
+        aux_loss = pop_aux_loss(self.template)  # read inside vmap: one value per member
+        return logits, (torch.zeros((), device=logits.device) if aux_loss is None else aux_loss)
 
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
-                    if cfg0.precision == "bf16" and device.type == "cuda" else nullcontext())
-        finished: dict[str, dict] = {}
-        size = len(members)
-        train_seconds, train_steps = 0.0, 0
-        window_start, window_steps, window_loss = time.perf_counter(), 0, 0.0
-        paused = 0.0
-        for m in members:
-            m.metrics_file = m.trainer.metrics_path.open("a")
-            if m.step == 0 and 0 in m.cfg.snapshot_steps:
-                m.trainer.snapshot(m.model, 0)
-        try:
-            while members:
-                step = members[0].step
-                lrs = [learning_rate(step, m.cfg) for m in members]
-                batches = [m.task.train_batch(m.cfg.batch_size, m.generator, causal) for m in members]
-                batch = _pad_and_stack(batches).to(device)
-                in_dims = (0, 0, 0, 0 if batch.key_padding_mask is not None else None)
-                with autocast:
-                    logits, aux_losses = vmap(member_forward, in_dims=in_dims)(
-                        stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
-                losses = torch.stack([target_loss(logits[k], batch.targets[k], m.cfg.loss)
-                                      for k, m in enumerate(members)]) + aux_losses
-                stack.zero_grad()
-                losses.sum().backward()
-                stack.clip_gradients([m.cfg.grad_clip for m in members])
-                stack.optimizer_step(lrs, [m.cfg.weight_decay for m in members])
-                for m in members:
-                    m.step += 1
-                window_steps += 1
-                window_loss += float(losses.detach().mean())
+    def step(self, runs: list[RunProgress], lrs: list[float]) -> tuple[list[torch.Tensor], list[int]]:
+        self.template.train()
+        batches = [run.task.train_batch(run.cfg.batch_size, run.generator, self.causal)
+                   for run in runs]
+        batch = _pad_and_stack(batches).to(self.device)
+        in_dims = (0, 0, 0, 0 if batch.key_padding_mask is not None else None)
+        stack = self.stack
+        with self.autocast:
+            logits, aux_losses = vmap(self._member_forward, in_dims=in_dims)(
+                stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
+        losses = torch.stack([target_loss(logits[k], batch.targets[k], run.cfg.loss)
+                              for k, run in enumerate(runs)]) + aux_losses
+        stack.zero_grad()
+        losses.sum().backward()
+        stack.clip_gradients([run.cfg.grad_clip for run in runs])
+        stack.optimizer_step(lrs, [run.cfg.weight_decay for run in runs])
+        detached = losses.detach()
+        return [detached[k] for k in range(len(runs))], [b.input_ids.numel() for b in batches]
 
-                for k, m in enumerate(members):
-                    m.train_tokens += batches[k].input_ids.numel()
-                if (step + 1) % cfg0.log_interval == 0 or any(m.step >= m.cfg.steps for m in members):
-                    seconds = max(time.perf_counter() - window_start - paused, 1e-9)
-                    train_seconds += seconds
-                    train_steps += window_steps
-                    longest = max(m.cfg.steps for m in members)
-                    eta = (longest - step - 1) * seconds / window_steps
-                    self.print(f"[ensemble x{len(members)}] step {step + 1}/{longest} "
-                               f"mean loss {window_loss / window_steps:.4f} | "
-                               f"{window_steps / seconds:.1f} steps/s, "
-                               f"{len(members) * window_steps / seconds:.1f} member-steps/s | "
-                               f"ETA {format_seconds(eta)}")
-                    window_start, window_steps, window_loss, paused = time.perf_counter(), 0, 0.0, 0.0
+    def sync(self, index: int) -> None:
+        self.stack.write_member(index, self.runs[index])
 
-                pause_start = time.perf_counter()
-                leaving = []
-                for k, m in enumerate(members):
-                    last = m.step >= m.cfg.steps
-                    stop = False
-                    evaluate = m.step % m.cfg.eval_interval == 0 or last
-                    checkpoint = m.step % m.cfg.checkpoint_interval == 0 or last
-                    snapshot = m.step in m.cfg.snapshot_steps
-                    if evaluate or checkpoint or snapshot:
-                        stack.write_member(k, m)
-                    if snapshot:
-                        m.trainer.snapshot(m.model, m.step)
-                    if evaluate:
-                        m.best, m.target, stop = m.trainer.evaluation(
-                            m.task, m.model, device, m.step, lrs[k], m.seconds(), last,
-                            m.norm_names, m.metrics_file, m.best, m.target)
-                        m.metric_lines += 1
-                    if checkpoint or stop:
-                        m.trainer.save(m.model, m.optimizer, m.generator, device, m.step,
-                                       m.seconds(), m.best, m.target, m.metric_lines)
-                    if last or stop:
-                        leaving.append(k)
-                        m.metrics_file.close()
-                        finished[m.trainer.run_id] = m.trainer.finish(
-                            m.base, m.step, stop, m.seconds(),
-                            tokens_per_second=m.train_tokens / train_seconds if train_seconds else None,
-                            steps_per_second=train_steps / train_seconds if train_seconds else None,
-                            best=m.best, target=m.target, ensemble_size=size)
-                if leaving:
-                    members = [m for k, m in enumerate(members) if k not in leaving]
-                    stack.remove(leaving)
-                paused += time.perf_counter() - pause_start
-        finally:
-            for m in members:
-                m.metrics_file.close()
-        return [finished[t.run_id] for t in trainers]
+    def remove(self, indices: list[int]) -> None:
+        self.runs = [run for k, run in enumerate(self.runs) if k not in indices]
+        self.stack.remove(indices)
+
 
 class _Stack:
     """Stacked parameters and optimizer state of the active members."""
 
-    def __init__(self, members: list[_Member], trainable, frozen, buffer_names, cfg):
+    def __init__(self, members: list[RunProgress], trainable, frozen, buffer_names, cfg):
         self.trainable, self.frozen, self.buffer_names = trainable, frozen, buffer_names
         self.optimizer_kind, self.betas, self.momentum = cfg.optimizer, cfg.betas, cfg.momentum
         self.eps = 1e-8
@@ -299,7 +212,7 @@ class _Stack:
         self.constants.update({n: torch.stack([b[n] for b in per_member_buffers])
                                for n in buffer_names})
         # optimizer state, taken from each member's torch optimizer (empty on a fresh start)
-        device = members[0].model_device
+        device = members[0].device
         self.step_count = torch.tensor([_state_step(m, per_member[k], trainable)
                                         for k, m in enumerate(members)], dtype=torch.float32,
                                        device=device)
@@ -374,7 +287,7 @@ class _Stack:
                 p.sub_(lr * g)
 
     @torch.no_grad()
-    def write_member(self, k: int, member: _Member) -> None:
+    def write_member(self, k: int, member: RunProgress) -> None:
         """Copy member k's weights and optimizer state into its own model / optimizer."""
         params = dict(member.model.named_parameters())
         buffers = dict(member.model.named_buffers())
@@ -408,7 +321,7 @@ class _Stack:
         self.step_count = self.step_count[keep]
 
 
-def _state_step(member: _Member, params: dict, trainable: list[str]) -> float:
+def _state_step(member: RunProgress, params: dict, trainable: list[str]) -> float:
     state = member.optimizer.state.get(params[trainable[0]], {}) if trainable else {}
     step = state.get("step")
     return float(step) if step is not None else float(member.step)

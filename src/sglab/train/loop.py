@@ -11,28 +11,28 @@ from __future__ import annotations
 import json
 import math
 import platform
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
 
-from sglab.analysis.hooks import match_names
 from sglab.config import RunConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
+from sglab.io import atomic_write_json, atomic_write_text
 from sglab.models import build_model
-from sglab.store import read_metrics
+from sglab.names import match_names
+from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import model_is_causal, target_loss
-from sglab.train.checkpoints import (
-    atomic_write_json,
-    atomic_write_text,
-    load_checkpoint,
-    save_checkpoint,
+from sglab.train.checkpoints import load_checkpoint, save_checkpoint
+from sglab.train.lock import RunLock
+from sglab.train.schedule import (
+    Printer,
+    RunProgress,
+    learning_rate,
+    run_schedule,
 )
-
-Printer = Callable[[str], None]
 
 
 def _default_print(line: str) -> None:
@@ -45,17 +45,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise SglabError("train.device=cuda but no CUDA device is available; use train.device=cpu")
     return torch.device(name)
-
-
-def learning_rate(step: int, cfg) -> float:
-    """Linear warmup, then cosine decay from lr to min_lr at the last step (nanoGPT)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    span = max(cfg.steps - cfg.warmup_steps, 1)
-    progress = min((step - cfg.warmup_steps) / span, 1.0)
-    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
@@ -131,20 +120,131 @@ def forward_statistics(model: torch.nn.Module) -> Iterator[dict[str, float]]:
                   for name, (value, count) in totals.items()})
 
 
-def format_seconds(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+class LoneStep:
+    """The optimizer step of a single run: forward, loss, backward, clipping, step."""
+
+    def __init__(self, run: RunProgress, causal: bool):
+        cfg, device = run.cfg, run.device
+        self.compiled = torch.compile(run.model) if cfg.compile else run.model
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                         if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
+        self.causal = causal
+
+    def step(self, runs: list[RunProgress], lrs: list[float]) -> tuple[list[torch.Tensor], list[int]]:
+        (run,), (lr,) = runs, lrs
+        cfg = run.cfg
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        run.model.train()
+        batch = run.task.train_batch(cfg.batch_size, run.generator, self.causal).to(run.device)
+        with self.autocast:
+            logits = self.compiled(batch.input_ids, **batch.model_inputs())
+        loss = target_loss(logits, batch.targets, cfg.loss)
+        aux_loss = pop_aux_loss(run.model)
+        if aux_loss is not None:
+            loss = loss + aux_loss
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        run.optimizer.step()
+        return [loss.detach()], [batch.input_ids.numel()]
+
+    def sync(self, index: int) -> None:
+        pass  # the model and optimizer are the run's own
+
+    def remove(self, indices: list[int]) -> None:
+        pass
+
+
+@contextmanager
+def torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` (CPU only) inside the block and
+    restored after it."""
+    before = torch.get_num_threads()
+    if threads and device.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+SELECTION_METRICS = ("exact_match", "accuracy")
+
+
+def selection_split(cfg, task) -> str | None:
+    """The split that picks the best checkpoint (see ``train.select_on``); None: no split
+    fits (no checkpoint is selected)."""
+    splits = list(task.eval_splits)
+    if cfg.select_on is not None:
+        if cfg.select_on not in splits:
+            raise SglabError(f"train.select_on={cfg.select_on!r} is not an evaluation split of "
+                             f"task {task.config.name!r}; its splits: {', '.join(splits)}")
+        return cfg.select_on
+    target_split = cfg.target_metric.split("/", 1)[0]
+    if "valid" in target_split and target_split in splits:
+        return target_split
+    return "iid_valid" if "iid_valid" in splits else None
+
+
+def selection_metric(split: str | None, record: dict) -> str | None:
+    """The key of ``split``'s exact match (or accuracy) in an evaluation record."""
+    if split is None:
+        return None
+    for name in SELECTION_METRICS:
+        if f"{split}/{name}" in record:
+            return f"{split}/{name}"
+    return None
+
+
+def read_summary_file(run_dir: Path) -> dict | None:
+    """The run's ``summary.json`` (None if there is none); a damaged one is a SglabError."""
+    path = Path(run_dir) / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SglabError(f"{str(path)!r} is damaged ({type(exc).__name__}: {exc}); delete it "
+                         "to resume the run from its last checkpoint") from None
+    if not isinstance(summary, dict):
+        raise SglabError(f"{str(path)!r} is damaged (not a JSON object); delete it to resume "
+                         "the run from its last checkpoint")
+    return summary
+
+
+ENSEMBLE_SUFFIX = "-ensemble"
+
+
+def execution_run_id(config: RunConfig, execution: str = "alone") -> str:
+    """The run id of ``config`` trained ``alone`` or as an ``ensemble`` member.
+
+    An ensemble member gets exactly the updates it would get alone, computed by batched
+    kernels whose float rounding differs from a lone run's; training amplifies that, so
+    the two are different results and are kept apart: ``<config run id>-ensemble``.
+    """
+    if execution not in ("alone", "ensemble"):
+        raise ValueError(f"execution must be alone or ensemble, not {execution!r}")
+    return config.run_id() + (ENSEMBLE_SUFFIX if execution == "ensemble" else "")
 
 
 class Trainer:
-    """Trains one RunConfig into ``runs_dir/<run_id>/`` and keeps the store index current."""
+    """Trains one RunConfig into ``runs_dir/<run_id>/`` and keeps the store index current.
+
+    ``execution="ensemble"``: the run is (or was) trained as an ensemble member by
+    :class:`~sglab.train.ensemble.EnsembleTrainer`; its run id says so
+    (:func:`execution_run_id`)."""
 
     def __init__(self, config: RunConfig, runs_dir: str | Path, store=None,
-                 printer: Printer | None = _default_print, tag: str | None = None):
+                 printer: Printer | None = _default_print, tag: str | None = None,
+                 execution: str = "alone"):
         self.config = config
         self.runs_dir = Path(runs_dir)
-        self.run_id = config.run_id()
+        self.execution = execution
+        self.run_id = execution_run_id(config, execution)
+        self.select_on: str | None = None  # resolved against the task by prepare()
         self.run_dir = self.runs_dir / self.run_id
         self.store = store
         self.print = printer or (lambda line: None)
@@ -156,8 +256,7 @@ class Trainer:
         return self.run_dir / "checkpoints" / "last.pt"
 
     def read_summary(self) -> dict | None:
-        path = self.run_dir / "summary.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        return read_summary_file(self.run_dir)
 
     def _write_summary(self, summary: dict) -> None:
         atomic_write_json(self.run_dir / "summary.json", summary)
@@ -171,113 +270,52 @@ class Trainer:
         ``resume=True`` continues from the last checkpoint if one exists; a finished
         run is not retrained. ``resume=False`` refuses to touch an existing run.
         """
-        launched = time.perf_counter()
         summary = self.read_summary()
         if summary and summary.get("status") == "finished":
-            self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
-            if self.store is not None:
-                self.store.record(self.run_dir, self.config, summary, tag=self.tag)
-            return summary
-        if self.run_dir.exists() and not resume and self.checkpoint_path.exists():
-            raise SglabError(
-                f"run {self.run_id} already exists and is unfinished; "
-                f"pass --resume {self.run_id} to continue it"
-            )
-        cfg = self.config.train
-        device = resolve_device(cfg.device)
-        if cfg.threads and device.type == "cpu":
-            torch.set_num_threads(cfg.threads)
-        task = build_task(self.config.task)
-        task.check_model(self.config.model)
-        torch.manual_seed(self.config.seed)
-        model = build_model(self.config.model, len(task.vocab), task.max_length).to(device)
-        optimizer = make_optimizer(model, cfg, device)
-        norm_names = select_weights(model, cfg.weight_norms)
-        generator = torch.Generator().manual_seed(self.config.seed)
-        causal = model_is_causal(model)
+            return self._already_finished(summary)
+        if self.execution != "alone":
+            raise ValueError("an ensemble member is trained by EnsembleTrainer")
+        with RunLock(self.run_dir):
+            summary = self.read_summary()  # a process before us may have finished it
+            if summary and summary.get("status") == "finished":
+                return self._already_finished(summary)
+            if not resume and self.checkpoint_path.exists():
+                raise SglabError(
+                    f"run {self.run_id} already exists and is unfinished; "
+                    f"pass --resume {self.run_id} to continue it"
+                )
+            device = resolve_device(self.config.train.device)
+            with torch_threads(self.config.train.threads, device):
+                run = self.prepare(device)
+                stepper = LoneStep(run, model_is_causal(run.model))
+                return run_schedule([run], stepper, self.print)[self.run_id]
 
-        step, elapsed, best, target, metric_lines = 0, 0.0, None, None, 0
-        state = self.restore(model, optimizer, generator, device)
-        if state is not None:
-            step, elapsed = state["step"], state["elapsed"]
-            best, target = state.get("best"), state.get("target")
-            metric_lines = state.get("metric_lines", 0)
-        base = self.start(model, device, step, metric_lines)
-        metrics_path = self.metrics_path
+    def _already_finished(self, summary: dict) -> dict:
+        self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
+        if self.store is not None:
+            self.store.record(self.run_dir, self.config, summary, tag=self.tag)
+        return summary
 
-        compiled = torch.compile(model) if cfg.compile else model
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
-                    if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
-        started = launched - elapsed  # time-to-target counts from launch, across resumes
-        window_loss = torch.zeros((), device=device)
-        window_steps, window_tokens, window_start, paused = 0, 0, time.perf_counter(), 0.0
-        train_seconds, train_tokens, train_steps = 0.0, 0, 0
-        stop = False
-        snapshots = set(cfg.snapshot_steps)
-        if step == 0 and 0 in snapshots:
-            self.snapshot(model, 0)
-        with metrics_path.open("a") as metrics_file:
-            while step < cfg.steps and not stop:
-                lr = learning_rate(step, cfg)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                model.train()
-                batch = task.train_batch(cfg.batch_size, generator, causal).to(device)
-                with autocast:
-                    logits = compiled(batch.input_ids, **batch.model_inputs())
-                loss = target_loss(logits, batch.targets, cfg.loss)
-                aux_loss = pop_aux_loss(model)
-                if aux_loss is not None:
-                    loss = loss + aux_loss
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                step += 1
-                if step in snapshots:
-                    self.snapshot(model, step)
-                window_loss += loss.detach()
-                window_steps += 1
-                window_tokens += batch.input_ids.numel()
-
-                if step % cfg.log_interval == 0 or step == cfg.steps:
-                    mean_loss = float(window_loss) / window_steps  # syncs the device
-                    seconds = max(time.perf_counter() - window_start - paused, 1e-9)
-                    train_seconds += seconds
-                    train_tokens += window_tokens
-                    train_steps += window_steps
-                    eta = (cfg.steps - step) * seconds / window_steps
-                    self.print(
-                        f"[{self.run_id}] step {step}/{cfg.steps} loss {mean_loss:.4f} "
-                        f"lr {lr:.2e} | {window_steps / seconds:.1f} steps/s "
-                        f"{window_tokens / seconds / 1e3:.1f}k tok/s | ETA {format_seconds(eta)}"
-                    )
-                    window_loss.zero_()
-                    window_steps, window_tokens, paused = 0, 0, 0.0
-                    window_start = time.perf_counter()
-
-                pause_start = time.perf_counter()
-                if step % cfg.eval_interval == 0 or step == cfg.steps:
-                    best, target, stop = self.evaluation(
-                        task, model, device, step, lr, time.perf_counter() - started,
-                        step == cfg.steps, norm_names, metrics_file, best, target)
-                    metric_lines += 1
-
-                if step % cfg.checkpoint_interval == 0 or step == cfg.steps or stop:
-                    self.save(model, optimizer, generator, device, step,
-                               time.perf_counter() - started, best, target, metric_lines)
-                # evaluation and checkpoint time do not count as training throughput
-                if window_steps:
-                    paused += time.perf_counter() - pause_start
-                else:
-                    window_start = time.perf_counter()
-
-        return self.finish(
-            base, step, stop, time.perf_counter() - started,
-            train_tokens / train_seconds if train_seconds else None,
-            train_steps / train_seconds if train_seconds else None, best, target,
-        )
+    def prepare(self, device: torch.device, tasks: dict | None = None) -> RunProgress:
+        """Build task, model, optimizer and data order, restore the last checkpoint if
+        there is one and mark the run as running. ``tasks`` caches built tasks by config."""
+        config = self.config
+        task_key = json.dumps(config.task.model_dump(mode="json"), sort_keys=True)
+        tasks = {} if tasks is None else tasks
+        if task_key not in tasks:
+            tasks[task_key] = build_task(config.task)
+            tasks[task_key].check_model(config.model)
+        task = tasks[task_key]
+        self.select_on = selection_split(config.train, task)
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, len(task.vocab), task.max_length).to(device)
+        optimizer = make_optimizer(model, config.train, device)
+        generator = torch.Generator().manual_seed(config.seed)
+        run = RunProgress(self, task, model, optimizer, generator, device,
+                          select_weights(model, config.train.weight_norms))
+        run.restored(self.restore(model, optimizer, generator, device))
+        run.base = self.start(model, task, device, run.step, run.metric_lines)
+        return run
 
     # ------------------------------------------------------------------ pieces
     # (also used by the EnsembleTrainer, which keeps each member's files the same way)
@@ -307,16 +345,23 @@ class Trainer:
         self.print(f"[{self.run_id}] resuming from step {state['step']}")
         return state
 
-    def start(self, model, device, step: int, metric_lines: int) -> dict:
-        """Prepare the run directory and mark the run as running; returns the summary base."""
+    def start(self, model, task, device, step: int, metric_lines: int) -> dict:
+        """Prepare the run directory and mark the run as running; returns the summary base.
+
+        The base records what :func:`build_model` needs besides the config (``vocab_size``,
+        ``max_length``), so that :func:`load_model` rebuilds the model without the task data.
+        """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.config))
         self._truncate_metrics(self.metrics_path, metric_lines)
         cfg = self.config.train
         n_params = sum(p.numel() for p in model.parameters())
         base = {
-            "run_id": self.run_id, "task": self.config.task.name, "model": self.config.model.name,
+            "run_id": self.run_id, "execution": self.execution,
+            "task": self.config.task.name, "model": self.config.model.name,
             "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
+            "vocab_size": len(task.vocab), "max_length": task.max_length,
+            "select_on": self.select_on,
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
         }
@@ -340,34 +385,45 @@ class Trainer:
         self._write_summary(summary)
         return summary
 
-    def evaluation(self, task, model, device, step: int, lr: float, seconds: float, last: bool,
-                   norm_names: list[str], metrics_file, best, target):
+    def fail(self, base: dict, step: int, error: str) -> dict:
+        """Write the summary of a run that cannot go on (status ``failed``) and return it."""
+        summary = {**base, "status": "failed", "step": step, "error": error}
+        self._write_summary(summary)
+        return summary
+
+    def interrupted(self, base: dict, step: int) -> None:
+        """Mark the run as stopped by Ctrl-C at ``step`` (checkpointed there, resumable)."""
+        self._write_summary({**base, "status": "interrupted", "step": step})
+
+    def evaluation(self, run: RunProgress, last: bool):
         """Evaluate (a subset, or everything at the last step or when stopping), append one
         line to metrics.jsonl, print it, track best/target. Returns (best, target, stop)."""
         cfg = self.config.train
-        record = {"step": step, "lr": lr, "seconds": round(seconds, 3)}
+        task, model, device = run.task, run.model, run.device
+        record = {"step": run.step, "lr": run.lr, "seconds": round(run.seconds(), 3)}
         model.eval()
         record.update(self.evaluate(task, model, device, None if last else cfg.eval_max_examples))
         if not last and cfg.eval_max_examples and self.should_stop(record):
             record.update(self.evaluate(task, model, device, None))  # final: all examples
-        record.update(weight_norms(model, norm_names))
-        metrics_file.write(json.dumps(record) + "\n")
-        metrics_file.flush()
-        best, target, stop = self.after_eval(record, best, target, model)
+        record.update(weight_norms(model, run.norm_names))
+        run.write_record(record)
+        best, target, stop = self.after_eval(record, run.best, run.target, model)
         shown = {k: v for k, v in record.items() if k.count("/") == 1}
-        self.print(f"[{self.run_id}] eval @ {step}: " + ", ".join(
+        self.print(f"[{self.run_id}] eval @ {run.step}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in shown.items()))
         return best, target, stop
 
     def after_eval(self, record, best, target, model):
         """Track the best checkpoint and the first crossing of the target; decide stopping."""
         cfg = self.config.train
-        metric = cfg.target_metric
-        if metric in record and (best is None or record[metric] > best["value"]):
-            best = {"metric": metric, "value": record[metric], "step": record["step"]}
+        selection = selection_metric(self.select_on, record)
+        if selection is not None and (best is None or record[selection] > best["value"]):
+            best = {"metric": selection, "split": self.select_on, "value": record[selection],
+                    "step": record["step"]}
             save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
                             {"step": record["step"], "model": model.state_dict(),
                              "config_hash": self.config.config_hash()})
+        metric = cfg.target_metric
         if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
             target = {"metric": metric, "threshold": cfg.target_threshold,
                       "step": record["step"], "seconds": record["seconds"]}
@@ -395,13 +451,16 @@ class Trainer:
                         {"step": step, "model": model.state_dict(),
                          "config_hash": self.config.config_hash()})
 
-    def save(self, model, optimizer, generator, device, step, elapsed, best, target, lines):
+    def save(self, run: RunProgress) -> None:
+        """The last checkpoint: everything a resume needs to go on bit-identically."""
         save_checkpoint(self.checkpoint_path, {
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-            "elapsed": elapsed, "best": best, "target": target, "metric_lines": lines,
-            "config_hash": self.config.config_hash(),
+            "step": run.step, "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "data_rng": run.generator.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if run.device.type == "cuda" else None,
+            "elapsed": run.seconds(), "best": run.best, "target": run.target,
+            "metric_lines": run.metric_lines, "config_hash": self.config.config_hash(),
+            "loss_window": run.window_state(),
         })
 
     @staticmethod
@@ -425,20 +484,45 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = True,
           printer: Printer | None = _default_print, tag: str | None = None) -> dict:
-    """Convenience wrapper: build a Trainer and run it."""
+    """Build a Trainer and run it; the run is indexed in ``runs_dir``'s store unless
+    another ``store`` is given."""
+    store = RunStore(runs_dir) if store is None else store
     return Trainer(config, runs_dir, store=store, printer=printer, tag=tag).run(resume=resume)
 
 
-__all__ = ["Trainer", "learning_rate", "load_run_config", "load_trained", "resolve_device", "train"]
+__all__ = ["ENSEMBLE_SUFFIX", "LoneStep", "Trainer", "execution_run_id", "learning_rate",
+           "load_model", "load_run_config", "load_trained", "resolve_device", "torch_threads",
+           "train"]
 
 
 def load_trained(run_dir: str | Path, which: str = "last"):
-    """(config, task, model) of a stored run, weights from ``checkpoints/<which>.pt``."""
+    """(config, task, model) of a stored run, weights from ``checkpoints/<which>.pt``.
+    Builds the task (its data); :func:`load_model` does without."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     task = build_task(config.task)
     model = build_model(config.model, len(task.vocab), task.max_length)
+    _load_weights(model, run_dir, which, config)
+    return config, task, model
+
+
+def load_model(run_dir: str | Path, which: str = "last") -> tuple[RunConfig, torch.nn.Module]:
+    """(config, model) of a stored run, weights from ``checkpoints/<which>.pt``, built from
+    the vocabulary size and maximum length recorded in ``summary.json`` (no task data is
+    generated or loaded)."""
+    run_dir = Path(run_dir)
+    config = load_run_config(run_dir)
+    summary = read_summary_file(run_dir)
+    if not summary or "vocab_size" not in summary or "max_length" not in summary:
+        raise SglabError(f"{str(run_dir / 'summary.json')!r} does not record vocab_size and "
+                         "max_length (a run from an older sglab); use load_trained, which "
+                         "rebuilds the task to learn them")
+    model = build_model(config.model, summary["vocab_size"], summary["max_length"])
+    _load_weights(model, run_dir, which, config)
+    return config, model
+
+
+def _load_weights(model: torch.nn.Module, run_dir: Path, which: str, config: RunConfig) -> None:
     state = load_checkpoint(run_dir / "checkpoints" / f"{which}.pt", config.config_hash())
     model.load_state_dict(state["model"])
     model.eval()
-    return config, task, model

@@ -1,0 +1,50 @@
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import torch
+
+from sglab.cli import main
+from sglab.config import build_run_config
+from sglab.store import read_metrics
+from sglab.train import Trainer
+
+OVERRIDES = ["task.train_size=500", "task.test_size=200", "model.n_layers=1", "model.n_heads=2",
+             "model.d_model=16", "train.steps=400", "train.batch_size=16", "train.eval_interval=100",
+             "train.checkpoint_interval=100", "train.log_interval=5", "train.warmup_steps=5",
+             "train.threads=1"]
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def test_ctrl_c_checkpoints_says_how_to_resume_and_resumes_bit_identically(tmp_path, capsys):
+    config = build_run_config({}, OVERRIDES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglab.cli", "train", "--runs-dir", str(tmp_path / "runs"),
+         *[f"--set={o}" for o in OVERRIDES]],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for line in proc.stdout:
+        if " step 20/" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    output = proc.stdout.read()
+    assert proc.wait() == 130
+    match = re.search(r"interrupted at step (\d+); resume with: sglab train --resume (\S+)", output)
+    assert match, output
+    step, run_id = int(match.group(1)), match.group(2)
+    assert run_id == config.run_id() and 20 <= step < 400
+    run_dir = tmp_path / "runs" / run_id
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"] == step
+
+    assert main(["train", "--resume", run_id, "--runs-dir", str(tmp_path / "runs")]) == 0
+    Trainer(config, tmp_path / "clean", printer=None).run()
+    resumed, clean = _weights(run_dir), _weights(tmp_path / "clean" / run_id)
+    assert all(torch.equal(resumed[name], clean[name]) for name in clean)
+    timeless = lambda path: [{k: v for k, v in record.items() if k != "seconds"}
+                             for record in read_metrics(path, kind="all")]
+    assert timeless(run_dir) == timeless(tmp_path / "clean" / run_id)
