@@ -105,9 +105,7 @@ def _preset_base(spec: str, base: dict) -> dict:
     if ":" not in spec:
         raise SglabError(f"--preset {spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
     name, preset = spec.split(":", 1)
-    experiment = registry.experiment(name)
-    params = experiment.preset(preset)
-    return deep_merge(params["base"], base)
+    return deep_merge(registry.experiment(name).base_config(preset), base)
 
 
 @app.command()
