@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -58,10 +59,17 @@ def _entry(file: str, title: str, caption: str) -> dict[str, str]:
 
 def line_figure(out_dir: Path, name: str, panels: Sequence[Panel], *, title: str,
                 caption: str = "", xlabel: str = "step", ylabel: str = "",
-                panel_width: float = 4.2, height: float = 3.4) -> dict[str, str]:
-    """Curves in one row of panels (learning curves, weight norms, accuracy by group)."""
-    fig, axes = new_figure(panel_width * max(len(panels), 1), height, ncols=max(len(panels), 1))
-    for ax, panel in zip(axes[0], panels):
+                panel_width: float = 4.2, height: float = 3.4,
+                columns: int | None = None) -> dict[str, str]:
+    """Curves in panels (learning curves, weight norms, accuracy by group, spectra), one
+    row, or rows of ``columns`` panels."""
+    ncols = min(columns or len(panels), len(panels)) or 1
+    nrows = -(-len(panels) // ncols) if panels else 1
+    fig, axes = new_figure(panel_width * ncols, height * nrows, ncols=ncols, nrows=nrows)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(panels):]:
+        ax.axis("off")
+    for ax, panel in zip(flat, panels):
         for line in panel.lines:
             color = None if line.color is None else f"C{line.color}"
             ax.plot(line.x, line.y, line.style, color=color, label=line.label,
@@ -72,7 +80,7 @@ def line_figure(out_dir: Path, name: str, panels: Sequence[Panel], *, title: str
                        label=label)
         for y, label in panel.hlines:
             ax.axhline(y, color="k", ls=":", label=label)
-        ax.set_title(panel.title, fontsize=9)
+        ax.set_title(panel.title, fontsize=9 if ncols < 4 else 7)
         ax.set_xlabel(xlabel)
         if panel.ylim:
             ax.set_ylim(*panel.ylim)
@@ -113,16 +121,20 @@ def accuracy_by_group(out_dir: Path, name: str,
 def heatmap_grid(out_dir: Path, name: str, cells: Sequence[Sequence[tuple[str, Any]]], *,
                  title: str, caption: str = "", vmin: float | None = None,
                  vmax: float | None = None, cmap: str = "viridis", symmetric: bool = False,
-                 colorbar: bool = True, cell_size: float = 3.2) -> dict[str, str]:
+                 colorbar: bool = True, cell_size: float = 3.2,
+                 ticklabels: Sequence[str] | None = None, xlabel: str = "",
+                 ylabel: str = "") -> dict[str, str]:
     """Rows x columns of matrices (correlations, attention maps, gates, weights), each
-    a (title, matrix). ``symmetric`` centres the colour scale on 0."""
+    a (title, matrix); empty cells are left blank. ``symmetric`` centres the colour
+    scale on 0; ``ticklabels`` names the rows and columns (e.g. tokens of an attention
+    map)."""
     nrows, ncols = len(cells), max(len(row) for row in cells)
     fig, axes = new_figure(cell_size * ncols + (0.6 if colorbar else 0), cell_size * nrows,
                            ncols=ncols, nrows=nrows)
     for i, row in enumerate(cells):
         for j in range(ncols):
             ax = axes[i][j]
-            if j >= len(row):
+            if j >= len(row) or row[j] is None:
                 ax.axis("off")
                 continue
             panel_title, matrix = row[j]
@@ -133,8 +145,11 @@ def heatmap_grid(out_dir: Path, name: str, cells: Sequence[Sequence[tuple[str, A
                 low, high = -limit, limit
             image = ax.imshow(matrix, vmin=low, vmax=high, cmap=cmap, interpolation="nearest")
             ax.set_title(panel_title, fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ticks = list(ticklabels or [])
+            ax.set_xticks(range(len(ticks)), ticks, fontsize=6)
+            ax.set_yticks(range(len(ticks)), ticks, fontsize=6)
+            ax.set_xlabel(xlabel, fontsize=7)
+            ax.set_ylabel(ylabel, fontsize=7)
             if colorbar:
                 fig.colorbar(image, ax=ax, fraction=0.046)
     return _entry(save_figure(fig, out_dir, name), title, caption)
@@ -186,16 +201,17 @@ def seed_strip(out_dir: Path, name: str, groups: dict[str, Sequence[float]], *, 
 
 def scatter_panels(out_dir: Path, name: str,
                    panels: Sequence[tuple[str, Any, Sequence[int], dict[int, str]]], *,
-                   title: str, caption: str = "", colors: dict[int, Any] | None = None
-                   ) -> dict[str, str]:
+                   title: str, caption: str = "", colors: dict[int, int] | None = None,
+                   palette: str = "tab20") -> dict[str, str]:
     """2-D point maps (t-SNE): per panel (title, points [n, 2], class id per point,
-    {class id: legend label}); ``colors`` maps a class id to a colour."""
+    {class id: legend label}); ``colors`` maps a class id to an index into ``palette``."""
     fig, axes = new_figure(4.4 * len(panels), 4.2, ncols=len(panels))
     for ax, (panel_title, points, classes, names) in zip(axes[0], panels):
         points, classes = np.asarray(points), np.asarray(classes)
         for class_id, label in names.items():
             chosen = classes == class_id
-            color = (colors or {}).get(class_id)
+            index = (colors or {}).get(class_id)
+            color = None if index is None else matplotlib.colormaps[palette](index)
             ax.scatter(points[chosen, 0], points[chosen, 1], s=4, color=color, label=label)
         ax.set_title(panel_title, fontsize=9)
         ax.set_xticks([])
