@@ -89,6 +89,7 @@ class FinishedRun:
         self.summary = summary
         self.directory = Path(directory)
         self._loaded: dict[str, tuple] = {}
+        self._measures: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"FinishedRun({self.run_id}, {self.labels}, seed={self.seed})"
@@ -124,10 +125,24 @@ class FinishedRun:
         """Every record of ``metrics.jsonl`` (evaluations and training-loss records)."""
         return read_metrics(self.directory)
 
+    @property
+    def evaluations(self) -> list[dict[str, Any]]:
+        """The evaluation records (training-loss records, which carry only ``train/*``
+        values, left out)."""
+        return [r for r in self.metrics
+                if not all(k == "step" or k.startswith("train/") for k in r)]
+
     def curve(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of the records that carry ``key``."""
         points = [(r["step"], r[key]) for r in self.metrics if key in r]
         return [p[0] for p in points], [p[1] for p in points]
+
+    def measure(self, name: str, compute: Callable[[FinishedRun], Any]) -> Any:
+        """``compute(self)``, computed once per run and ``name`` (for measures that several
+        report parts read)."""
+        if name not in self._measures:
+            self._measures[name] = compute(self)
+        return self._measures[name]
 
     def loaded(self, which: str = "last") -> tuple:
         """(config, task, model) with weights from ``checkpoints/<which>.pt`` (cached)."""
@@ -201,6 +216,23 @@ class RunSet(Sequence[FinishedRun]):
     def mean(self, metric: str | Callable[[FinishedRun], float]) -> float:
         values = self.values(metric)
         return statistics.mean(values) if values else float("nan")
+
+    def group_means(self, prefix: str) -> dict[int | str, float]:
+        """Mean over runs of every final metric ``<prefix><group>`` (a per-group breakdown
+        such as ``test/exact_match/target_length=``), keyed by group (ints where they are),
+        numeric groups first in order."""
+        groups: dict[int | str, list[float]] = {}
+        for run in self._runs:
+            for key, value in run.final.items():
+                if key.startswith(prefix):
+                    group = key[len(prefix):]
+                    number = group.lstrip("-").isdigit()
+                    groups.setdefault(int(group) if number else group, []).append(float(value))
+
+        def order(group: int | str) -> tuple:
+            return (1, 0, group) if isinstance(group, str) else (0, group, "")
+
+        return {g: statistics.mean(groups[g]) for g in sorted(groups, key=order)}
 
     def mean_std(self, metric: str | Callable[[FinishedRun], float], digits: int = 4,
                  significant: bool = False) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FormatStrFormatter, MaxNLocator, NullFormatter
 
 from sglab.report.figures import new_figure, save_figure
 
@@ -199,6 +199,37 @@ def seed_strip(out_dir: Path, name: str, groups: dict[str, Sequence[float]], *, 
     return _entry(save_figure(fig, out_dir, name), title, caption)
 
 
+def coloured_scatter_grid(out_dir: Path, name: str,
+                          cells: Sequence[Sequence[tuple[str, Sequence[tuple[Any, Any, Any]]]]],
+                          *, title: str, caption: str = "", xlabel: str = "", ylabel: str = "",
+                          log_x: bool = False, ylim: tuple[float, float] | None = None
+                          ) -> dict[str, str]:
+    """Rows x columns of scatter panels, each (title, [(x, y, colour values), ...]), the
+    points coloured by their third series (e.g. loss vs accuracy coloured by step)."""
+    nrows, ncols = len(cells), max(len(row) for row in cells)
+    fig, axes = new_figure(4.0 * ncols, 3.2 * nrows, ncols=ncols, nrows=nrows)
+    for i, row in enumerate(cells):
+        for j, (panel_title, series) in enumerate(row):
+            ax = axes[i][j]
+            xs = []
+            for x, y, colour in series:
+                ax.scatter(x, y, c=colour, cmap="viridis", s=12)
+                xs += list(x)
+            if log_x:
+                ax.set_xscale("log")
+                positive = [x for x in xs if x > 0]
+                within_a_decade = bool(positive) and max(positive) / min(positive) < 10
+                ax.xaxis.set_minor_formatter(FormatStrFormatter("%.2g") if within_a_decade
+                                             else NullFormatter())
+                ax.tick_params(axis="x", which="both", labelsize=7)
+            ax.set_title(panel_title, fontsize=8)
+            ax.set_xlabel(xlabel)
+            if ylim:
+                ax.set_ylim(*ylim)
+        axes[i][0].set_ylabel(ylabel)
+    return _entry(save_figure(fig, out_dir, name), title, caption)
+
+
 def scatter_panels(out_dir: Path, name: str,
                    panels: Sequence[tuple[str, Any, Sequence[int], dict[int, str]]], *,
                    title: str, caption: str = "", colors: dict[int, int] | None = None,
@@ -220,5 +251,6 @@ def scatter_panels(out_dir: Path, name: str,
     return _entry(save_figure(fig, out_dir, name), title, caption)
 
 
-__all__ = ["Line", "Panel", "accuracy_by_group", "annotated_heatmap", "heatmap_grid",
+__all__ = ["Line", "Panel", "accuracy_by_group", "annotated_heatmap", "coloured_scatter_grid",
+           "heatmap_grid",
            "learning_curves", "line_figure", "metric_line", "scatter_panels", "seed_strip"]
