@@ -36,31 +36,28 @@ from sglab.analysis.hooks import capture
 from sglab.analysis.topics import (
     ATTENTION_CLASSES,
     attention_statistics,
-    detect_two_stages,
-    gram_matrix,
-    population_value_gap,
-    theoretical_gap,
     topic_attention_ratios,
     topic_block_statistics,
-    uniform_attention_least_squares,
 )
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import (
-    abs_at_most,
     all_of,
     any_of,
     at_most,
     claim,
     greater_than,
-    is_true,
     less_than,
 )
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
-from sglab.report.plots import Line, Panel, heatmap_grid, line_figure
-from sglab.tasks.topics import fresh_masked_batch, word_topics
-from sglab.train.loop import select_weights, weight_norms
+from sglab.experiments.topics_training import (
+    NORM_NAMES,
+    embedding_gram,
+    theory_section,
+    two_stage_section,
+)
+from sglab.report.plots import heatmap_grid
+from sglab.tasks.topics import word_topics
 
-NORM_NAMES = ["blocks.0.attn.W_K", "blocks.0.attn.W_Q", "blocks.0.attn.W_V"]
 # The seed's attention table (one-hot embeddings, synthetic LDA data), for comparison.
 PAPER_TABLE = {
     ("adamw", 0.003): ("0.00759 ± 0.00171", "0.0108 ± 0.000657", "0.00689 ± 0.000160"),
@@ -70,10 +67,6 @@ PAPER_TABLE = {
     ("sgd", 0.03): ("0.0140 ± 0.00158", "0.0103 ± 0.000357", "0.00641 ± 0.0000239"),
 }
 OPTIMIZER_GRID = [["adamw", 0.003], ["adamw", 0.01], ["adamw", 0.03], ["sgd", 0.01], ["sgd", 0.03]]
-# Two stages: ||W_V|| grows VALUE_FACTOR-fold before K/Q leave their initialization (their
-# mean growth reaches BOUNDARY_FACTOR), and K/Q then grow KEY_QUERY_FACTOR-fold overall.
-BOUNDARY_FACTOR, VALUE_FACTOR, KEY_QUERY_FACTOR = 2.0, 10.0, 10.0
-LEAST_SQUARES_SEED = 12345
 
 
 def optimizer_label(optimizer: str, lr: float) -> str:
@@ -207,22 +200,18 @@ class Topics(Experiment):
         attention_section, value_claim, table_claim = self._attention(
             attention.where(lambda r: r["optimizer"] in grid), measured, reference, params,
             out_dir)
-        norms_section, stage_claim = self._two_stages(
+        norms_section, stage_claim = two_stage_section(
             attention.where(optimizer=optimizer_label(*params["two_stage_optimizer"])),
             attention.where(optimizer=reference), measured, out_dir)
-        theory_section, theory_claim = self._theory(runs.where(family="theory-value"),
-                                                    runs.where(family="theory-embedding"), params)
+        theory, theory_claim = theory_section(runs.where(family="theory-value"),
+                                              runs.where(family="theory-embedding"), params)
         return {"claims": [embedding_claim, value_claim, stage_claim, theory_claim, table_claim],
                 "sections": [embedding_section, attention_section, norms_section,
-                             theory_section]}
+                             theory]}
 
     # --- (a) embedding Gram matrix
-    @staticmethod
-    def _embedding_gram(run: FinishedRun) -> np.ndarray:
-        return gram_matrix(run.model().tok_emb.weight[run.task.word_ids])
-
     def _embeddings(self, runs: RunSet, out_dir: Path):
-        grams = [self._embedding_gram(run) for run in runs]
+        grams = [embedding_gram(run) for run in runs]
         stats = [topic_block_statistics(gram, word_topics(run.task))
                  for run, gram in zip(runs, grams)]
         figure = heatmap_grid(out_dir, "embedding_gram",
@@ -361,133 +350,6 @@ class Topics(Experiment):
             "figures": [figure],
         }
         return section, value_claim, table_claim
-
-    # --- (c) two stages in the weight norms
-    @staticmethod
-    def _norm_curves(run: FinishedRun, measure: dict[str, Any]):
-        """Steps and ||W_K||, ||W_Q||, ||W_V|| from the step-0 snapshot on."""
-        initial = run.model("step_0")
-        start = weight_norms(initial, select_weights(initial, NORM_NAMES))
-        records = [r for r in run.metrics if f"weight_norm/{NORM_NAMES[0]}" in r]
-        steps = [0] + [r["step"] for r in records]
-        curves = {name: [start[f"weight_norm/{name}"]]
-                  + [r[f"weight_norm/{name}"] for r in records] for name in NORM_NAMES}
-        found = detect_two_stages(steps, *(curves[n] for n in NORM_NAMES),
-                                  start_factor=BOUNDARY_FACTOR, value_factor=VALUE_FACTOR,
-                                  final_factor=KEY_QUERY_FACTOR)
-        found["same_topic_attention"] = measure["same_topic"]
-        found["different_topic_attention"] = measure["different_topic"]
-        return steps, curves, found
-
-    def _two_stages(self, runs: RunSet, compare: RunSet, measured: dict, out_dir: Path):
-        curves = [self._norm_curves(run, measured[run.run_id]) for run in runs]
-        others = [self._norm_curves(run, measured[run.run_id])[2] for run in compare]
-        panels = [Panel(f"{run['optimizer']}, seed {run.seed}",
-                        [Line(steps, norms[name], f"||{name.split('.')[-1]}||_F", None, style)
-                         for name, style in zip(NORM_NAMES, ("-", "--", "-"))],
-                        vlines=[(found["boundary_step"], None,
-                                 f"boundary (step {found['boundary_step']:g})")])
-                  for run, (steps, norms, found) in zip(runs, curves)]
-        figure = line_figure(out_dir, "weight_norms", panels, title="weight norms",
-                             caption="Frobenius norms of W_K, W_Q, W_V during training (step 0 "
-                                     "= initialization); dotted: detected stage boundary.")
-        found = [c[2] for c in curves]
-        label = runs[0]["optimizer"] if len(runs) else "-"
-        result = claim(
-            "two-stage-training",
-            "With small initialization, training shows two stages: W_K and W_Q stay near zero "
-            "while W_V grows, then W_K and W_Q grow.",
-            {"seeds": [r.seed for r in runs],
-             "boundary step": [f["boundary_step"] for f in found],
-             "||W_V|| growth before boundary": [f["value_growth_before_boundary"] for f in found],
-             "K/Q growth before boundary": [f["key_query_growth_before_boundary"] for f in found],
-             "two stages": [f["two_stage"] for f in found]},
-            [is_true("two stages")],
-            context=f"{label}, cross-entropy, one-hot embeddings, init std = d^-1.5; boundary = "
-                    "first step where the mean of ||W_K||/||W_K||_0 and ||W_Q||/||W_Q||_0 "
-                    f"reaches {BOUNDARY_FACTOR:g}; two stages = ||W_V|| grew ≥ {VALUE_FACTOR:g}x "
-                    f"before the boundary and K/Q grow ≥ {KEY_QUERY_FACTOR:g}x overall. (Adam "
-                    "normalizes each update, so its K and Q move at the learning rate from "
-                    "step 1: with Adam no first stage is visible, see the table below)",
-        )
-        section = {
-            "title": "Two-stage weight-norm dynamics",
-            "tables": [{"columns": ["run", "boundary step", "||W_V|| growth before",
-                                    "K/Q growth before", "||W_K|| growth", "||W_Q|| growth",
-                                    "||W_V|| growth", "two stages",
-                                    "same-topic / different-topic attention"],
-                        "rows": [[f"{r['optimizer']} seed {r.seed}", f["boundary_step"],
-                                  f["value_growth_before_boundary"],
-                                  f["key_query_growth_before_boundary"], f["key_growth"],
-                                  f["query_growth"], f["value_growth"], f["two_stage"],
-                                  f"{f['same_topic_attention']:.5f} / "
-                                  f"{f['different_topic_attention']:.5f}"]
-                                 for r, f in zip([*runs, *compare], found + others)]}],
-            "figures": [figure],
-        }
-        return section, result
-
-    # --- (d) theory check
-    def _theory(self, value_runs: RunSet, embedding_runs: RunSet, params: dict[str, Any]):
-        task_cfg = params["task"]
-        v, p_m = task_cfg["words_per_topic"], task_cfg["mask_probability"]
-        p_c, p_r = task_cfg["keep_probability"], task_cfg["random_probability"]
-        predicted = theoretical_gap(v, p_m, p_c)
-        tau = params["theory_task"]["topics_per_document"]
-        population = population_value_gap(task_cfg["n_topics"], v, tau, p_m, p_c, p_r)
-        rows = [["formula 1/(v(1-(1-p_c)p_m))", predicted, "-"],
-                ["least squares, N → ∞ (all topic pairs)", population["gap"],
-                 population["gap"] / predicted - 1]]
-        measured: dict[str, float] = {}
-        n_documents = params["least_squares_documents"]
-        for run in value_runs:
-            task, topics = run.task, word_topics(run.task)
-            if not rows[2:]:  # the fit depends on the task only, not on the seed
-                batch = fresh_masked_batch(task, n_documents, LEAST_SQUARES_SEED)
-                fitted, _ = uniform_attention_least_squares(
-                    batch.input_ids, batch.targets, batch.key_padding_mask, len(task.vocab))
-                words = task.word_ids.numpy()
-                fit = topic_block_statistics(fitted[np.ix_(words, words)], topics, True)
-                rows.append([f"least squares on {n_documents} documents of "
-                             f"N = {task.config.max_length}", fit["gap"],
-                             fit["gap"] / predicted - 1])
-            value = run.model().blocks[0].attn.weight_views()["W_V"].detach()
-            gap = topic_block_statistics(value[task.word_ids][:, task.word_ids], topics,
-                                         True)["gap"]
-            measured[f"W_V seed {run.seed}"] = gap
-            rows.append([f"trained W_V (uniform attention, seed {run.seed})", gap,
-                         gap / predicted - 1])
-        for run in embedding_runs:
-            gap = topic_block_statistics(self._embedding_gram(run), word_topics(run.task),
-                                         True)["gap"]
-            measured[f"E seed {run.seed}"] = gap
-            rows.append([f"trained E = W_E^T W_E (uniform attention, W_V = I, "
-                         f"seed {run.seed})", gap, gap / predicted - 1])
-        tolerance = params["theory_tolerance"]
-        result = claim(
-            "theory-block-gap",
-            "With uniform attention and the squared loss, the optimal W_V (one-hot embeddings) "
-            "and E = W_E^T W_E (W_V = I) are block-wise, with same-topic minus different-topic "
-            "average 1/(v(1-(1-p_c)p_m)).",
-            {"predicted": predicted, "measured": list(measured),
-             "gaps": list(measured.values()),
-             "relative error": [gap / predicted - 1 for gap in measured.values()]},
-            [abs_at_most("relative error", tolerance)],
-            context="finite documents (the theorem takes N → ∞) and stochastic optimization "
-                    "each move the gap by a few percent (see the least-squares rows)",
-        )
-        section = {
-            "title": "Theory check: block gap under uniform attention",
-            "text": "Same-topic minus different-topic block averages (all word pairs of a block, "
-                    "i = j included: the theorem is about block averages, and the diagonal "
-                    "alone carries the extra weight that a kept word (p_c) gives to itself). "
-                    "Squared loss, one layer, uniform attention (W_Q = W_K = 0 frozen). "
-                    f"Documents with τ = {tau} topics each (uniform-subset generator).",
-            "tables": [{"columns": ["source", "gap", "relative to formula"], "rows": [
-                [r[0], r[1], r[2] if isinstance(r[2], str) else f"{r[2]:+.2%}"] for r in rows]}],
-        }
-        return section, result
-
 
 def _ratio_text(ratio: float) -> str:
     return "n/a (different ≤ 0)" if math.isnan(ratio) else f"{ratio:.3f}"
