@@ -70,3 +70,9 @@ def test_not_measurable_is_none_with_the_reason():
     result = not_measurable("c", "s", "needs two seeds")
     assert result.passed is None and "needs two seeds" in result.evidence
     assert set(result.to_dict()) == {"id", "statement", "evidence", "passed"}
+
+
+def test_a_slope_rule_reports_the_slope_it_judged():
+    values = {"fraction": [1.0, 0.5, 0.0], "layers": [0, 1, 2]}
+    result = claim("c", "s", values, [slope_negative("fraction", over="layers")])
+    assert result.passed is True and "slope -0.5" in result.evidence

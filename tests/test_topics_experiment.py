@@ -56,3 +56,13 @@ def test_cli_lists_the_task_and_experiment(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "topics" in out and "masked LM on topic-model" in out
+
+
+def test_train_accepts_a_preset_without_a_single_base_config(tmp_path):
+    """``topics`` has several run families: `train --preset` starts from its first run."""
+    runs = tmp_path / "runs"
+    assert main(["train", "--preset", "topics:quick", "--set", "train.steps=2",
+                 "--runs-dir", str(runs)]) == 0
+    (run_dir,) = list(runs.glob("topics-transformer-*"))
+    config = (run_dir / "config.yaml").read_text()
+    assert "embedding: one_hot" in config and "optimizer: adamw" in config

@@ -52,7 +52,7 @@ def format_value(value: Any) -> str:
         value = float(value)
         if math.isnan(value):
             return "n/a"
-        return f"{value:.4f}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.3g}"
+        return f"{value:.4g}"
     if isinstance(value, (list, tuple, np.ndarray)):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     return str(value)
@@ -80,6 +80,10 @@ class Rule(ABC):
     @abstractmethod
     def holds_at(self, values: Mapping[str, Any], index: int) -> bool:
         """Whether the condition holds for entry ``index`` of list values."""
+
+    def derived(self, values: Mapping[str, Any]) -> str:
+        """Values the rule computes itself (e.g. a slope), as text for the evidence."""
+        return ""
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         missing = [n for n in self.names() if n not in values]
@@ -171,6 +175,9 @@ class SlopeNegative(Rule):
 
     def holds(self, values) -> bool:
         return slope(values, self.name, self.over) < 0
+
+    def derived(self, values) -> str:
+        return f"slope {slope(values, self.name, self.over):+.4g}"
 
     def holds_at(self, values, index) -> bool:  # the rule is about the whole list
         return self.holds(values)
@@ -271,7 +278,8 @@ def claim(id: str, statement: str, values: Mapping[str, Any], rules: Sequence[Ru
     ``context`` and the pass rule rendered from the same rule objects that decide.
     """
     names = list(shown) if shown is not None else list(values)
-    measured = ", ".join(f"{n} {format_value(values[n])}" for n in names)
+    measured = ", ".join([f"{n} {format_value(values[n])}" for n in names]
+                         + [d for d in (rule.derived(values) for rule in rules) if d])
     verdict = bool(rules) and all(rule.holds(values) for rule in rules)
     evidence = "; ".join(p for p in (context, measured, render_rules(rules, values)) if p)
     return Claim(id, statement, evidence, verdict)

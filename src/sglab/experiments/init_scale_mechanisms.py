@@ -71,11 +71,11 @@ def _spectra_section(models: dict[str, FinishedRun], labels, out_dir):
     history = np.array([embedding_eigenvalues(inferential.model(f"step_{s}"))[:6]
                         for s in steps])
     eigen = line_figure(out_dir, "embedding_spectrum", [
-        Panel("eigenvalue / sum (embedding covariance)", shares, log_y=True),
+        Panel("eigenvalue / sum (embedding covariance)", shares, log_y=True, xlabel="index"),
         Panel(f"during training: {labels['inferential']}",
               [Line(steps, history[:, k], f"eigenvalue {k + 1}", marker="o")
                for k in range(history.shape[1])])],
-        xlabel="index (left), step (right)", panel_width=5.5, height=3.6,
+        panel_width=5.5, height=3.6,
         title="embedding spectrum",
         caption="Embedding covariance eigenvalues (log scale) and their growth during "
                 "training.")

@@ -43,6 +43,7 @@ class Panel:
     ylim: tuple[float, float] | None = None
     log_y: bool = False
     integer_x: bool = False
+    xlabel: str | None = None  # this panel's x-axis label, if not the figure's
 
 
 def metric_line(records: Sequence[dict], key: str, label: str | None = None,
@@ -81,7 +82,7 @@ def line_figure(out_dir: Path, name: str, panels: Sequence[Panel], *, title: str
         for y, label in panel.hlines:
             ax.axhline(y, color="k", ls=":", label=label)
         ax.set_title(panel.title, fontsize=9 if ncols < 4 else 7)
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(xlabel if panel.xlabel is None else panel.xlabel)
         if panel.ylim:
             ax.set_ylim(*panel.ylim)
         if panel.log_y:
