@@ -66,3 +66,20 @@ def test_train_accepts_a_preset_without_a_single_base_config(tmp_path):
     (run_dir,) = list(runs.glob("topics-transformer-*"))
     config = (run_dir / "config.yaml").read_text()
     assert "embedding: one_hot" in config and "optimizer: adamw" in config
+
+
+def test_seeds_option_reaches_every_run_family():
+    experiment = registry.experiment("topics")
+    arms = experiment.arms(experiment.preset("quick", seeds=2))
+    families = {arm.labels["family"] for arm in arms}
+    assert families == {"attention", "embedding", "theory-value", "theory-embedding"}
+    for family in families:
+        assert {arm.seed for arm in arms if arm.labels["family"] == family} == {0, 1}
+
+
+def test_attention_runs_keep_their_step_0_weights_for_the_norm_curves():
+    experiment = registry.experiment("topics")
+    configs = experiment.configs(experiment.preset("quick"), [])
+    attention = [c for c in configs if c.model.embedding == "one_hot"
+                 and not c.model.uniform_attention]
+    assert attention and all(c.train.snapshot_steps == [0] for c in attention)
