@@ -6,13 +6,8 @@ import pytest
 
 from sglab import registry
 from sglab.experiments import run_experiment
-from sglab.experiments.init_scale import (
-    InitScale,
-    phase_cells,
-    pick_exemplars,
-    probe_unseen_input,
-    solution_type,
-)
+from sglab.experiments.init_scale import InitScale, phase_cells, pick_exemplars, solution_type
+from sglab.tasks.anchors import probe_unseen_input
 
 
 def _run(depth, gamma, seed, lr, test, inferential, symmetric):
@@ -59,12 +54,13 @@ def test_presets_build_valid_configs():
     for preset in ("quick", "default", "paper"):
         params = experiment.preset(preset)
         configs = experiment.configs(params, [])
-        plan = experiment.plan(params)
-        assert len(configs) == len(plan)
-        for config, run in zip(configs, plan):
-            assert config.model.n_layers == run["depth"] and config.model.init_gamma == run["gamma"]
+        arms = experiment.arms(params)
+        assert len(configs) == len(arms)
+        for config, arm in zip(configs, arms):
+            assert str(config.model.n_layers) == arm.labels["depth"]
+            assert f"{config.model.init_gamma:g}" == arm.labels["gamma"]
             assert config.model.norm == "post" and config.model.n_heads == 1
-            assert config.task.seen_non_inferential == (run["group"] == "phase")
+            assert config.task.seen_non_inferential == (arm.labels["group"] == "phase")
     paper = experiment.preset("paper")
     assert len(paper["lrs"]) == 9 and min(paper["lrs"]) == 1e-4 and max(paper["lrs"]) == 3e-4
 

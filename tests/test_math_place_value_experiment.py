@@ -6,6 +6,7 @@ import pytest
 
 from sglab import registry
 from sglab.experiments import run_experiment
+from sglab.experiments.claims import format_value
 from sglab.store import read_metrics
 from sglab.tasks import build_task
 
@@ -47,7 +48,7 @@ def test_table_and_claim_evidence_are_the_runs_final_metrics(quick_results):
         final = read_metrics(root / "runs" / run_id)[-1]
         assert row[columns.index("interpolate (IID)")] == f"{final['iid_valid/exact_match']:.3f}"
         assert row[columns.index("extrapolate")] == f"{final['test/exact_match']:.3f}"
-        assert f"{row[0]} {final['test/exact_match']:.3f}" in evidence
+        assert f"{row[0]} {format_value(final['test/exact_match'])}" in evidence
 
 
 def test_runs_log_interpolate_and_extrapolate_by_place(quick_results):

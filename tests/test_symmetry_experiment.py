@@ -67,3 +67,29 @@ def test_list_shows_the_registered_components(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "addition" in out and "transformer" in out and "symmetry" in out
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.pos_encoding=rotary", "'model.pos_encoding' is a grid axis of experiment 'symmetry'"),
+    ("seed=7", "use --seeds N"),
+])
+def test_set_on_a_grid_axis_is_one_clear_error_and_writes_nothing(tmp_path, capsys, override,
+                                                                   message):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    code = main(["run", "symmetry", "--preset", "quick", "--set", override,
+                 "--runs-dir", str(runs), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not runs.exists() and not out.exists()
+
+
+def test_run_labels_are_stored_and_shown(quick_results):
+    root, results = quick_results
+    labels = json.loads((root / "out" / "results.json").read_text())["labels"]
+    assert [row["run_id"] for row in labels] == results["runs"]
+    assert {(row["pe"], row["attention"]) for row in labels} == {
+        ("learned", "causal"), ("NoPE", "causal"), ("NoPE", "bidirectional")}
+    assert sorted({row["removed"] for row in labels}) == ["{0, 1, 2}", "{0, 1}", "{0}", "{}"]
+    html = (root / "out" / "report.html").read_text()
+    assert "<h2>Runs</h2>" in html and labels[0]["run_id"] in html

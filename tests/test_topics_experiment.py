@@ -56,3 +56,30 @@ def test_cli_lists_the_task_and_experiment(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "topics" in out and "masked LM on topic-model" in out
+
+
+def test_train_accepts_a_preset_without_a_single_base_config(tmp_path):
+    """``topics`` has several run families: `train --preset` starts from its first run."""
+    runs = tmp_path / "runs"
+    assert main(["train", "--preset", "topics:quick", "--set", "train.steps=2",
+                 "--runs-dir", str(runs)]) == 0
+    (run_dir,) = list(runs.glob("topics-transformer-*"))
+    config = (run_dir / "config.yaml").read_text()
+    assert "embedding: one_hot" in config and "optimizer: adamw" in config
+
+
+def test_seeds_option_reaches_every_run_family():
+    experiment = registry.experiment("topics")
+    arms = experiment.arms(experiment.preset("quick", seeds=2))
+    families = {arm.labels["family"] for arm in arms}
+    assert families == {"attention", "embedding", "theory-value", "theory-embedding"}
+    for family in families:
+        assert {arm.seed for arm in arms if arm.labels["family"] == family} == {0, 1}
+
+
+def test_attention_runs_keep_their_step_0_weights_for_the_norm_curves():
+    experiment = registry.experiment("topics")
+    configs = experiment.configs(experiment.preset("quick"), [])
+    attention = [c for c in configs if c.model.embedding == "one_hot"
+                 and not c.model.uniform_attention]
+    assert attention and all(c.train.snapshot_steps == [0] for c in attention)

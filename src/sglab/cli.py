@@ -61,7 +61,7 @@ def train(
     set_: Sets = None,
     preset: Annotated[str | None, typer.Option(
         help="Start from a named experiment preset's base config, as EXPERIMENT:PRESET "
-             "(e.g. symmetry:quick).")] = None,
+             "(e.g. symmetry:quick); without a single base, the preset's first run.")] = None,
     resume: Annotated[str | None, typer.Option(help="Continue the run with this id.")] = None,
     runs_dir: RunsDir = None,
     out: Annotated[Path | None, typer.Option(help="Also write report.html + results.json here.")] = None,
@@ -114,9 +114,7 @@ def _preset_base(spec: str, base: dict) -> dict:
     if ":" not in spec:
         raise SglabError(f"--preset {spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
     name, preset = spec.split(":", 1)
-    experiment = registry.experiment(name)
-    params = experiment.preset(preset)
-    return deep_merge(params["base"], base)
+    return deep_merge(registry.experiment(name).base_config(preset), base)
 
 
 @app.command()

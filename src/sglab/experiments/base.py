@@ -2,9 +2,13 @@
 
 An experiment declares presets (``quick``: about a minute, used in tests;
 ``default``: at most ~30 minutes on a 2-core CPU, where its claims are expected
-to hold; ``paper``: the publication's sizes, for a GPU), turns a preset into run
-configs, and turns finished runs into claims, tables and figures. It holds no
-training code: runs go through the sweep runner and the Trainer.
+to hold; ``paper``: the publication's sizes, for a GPU), turns a preset into
+labelled runs (:meth:`Experiment.arms`), and turns the finished runs (a
+:class:`~sglab.experiments.runs.RunSet`) into claims, tables and figures. It holds
+no training code: runs go through the sweep runner and the Trainer.
+
+Experiments not yet on labelled runs implement ``configs`` and the older
+``analyze(params, configs, summaries, runs_dir, out_dir)`` instead of ``arms``.
 """
 
 from __future__ import annotations
@@ -12,35 +16,18 @@ from __future__ import annotations
 import copy
 import datetime
 import time
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sglab.config import RunConfig
+from sglab.config import RunConfig, apply_overrides
 from sglab.errors import SglabError
+from sglab.experiments.claims import Claim
+from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
 from sglab.report import write_report
 from sglab.sweep.local import run_configs
 
 
-@dataclass
-class Claim:
-    """A sentence from the paper, the measured evidence, and whether it held.
-
-    ``passed`` is None when the claim cannot be measured at this preset (the
-    evidence says why).
-    """
-
-    id: str
-    statement: str
-    evidence: str = ""
-    passed: bool | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class Experiment(ABC):
+class Experiment:
     name: str
     title: str
     description: str
@@ -57,14 +44,34 @@ class Experiment(ABC):
             params["seeds"] = list(range(seeds))
         return params
 
-    @abstractmethod
-    def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
-        """Every run of the preset (validated)."""
+    @property
+    def uses_arms(self) -> bool:
+        return type(self).arms is not Experiment.arms
 
-    @abstractmethod
-    def analyze(self, params: dict[str, Any], configs: list[RunConfig], summaries: list[dict],
-                runs_dir: Path, out_dir: Path) -> dict[str, Any]:
-        """Return {"claims": [Claim, ...], "sections": [...]} from finished runs."""
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
+        """Every run of the preset, labelled with its role."""
+        raise NotImplementedError
+
+    def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
+        """Every run of the preset (validated); user overrides on a grid axis are errors."""
+        return build_arm_configs(self.name, self.arms(params), overrides)
+
+    def analyze(self, params: dict[str, Any], *args: Any) -> dict[str, Any]:
+        """``analyze(params, runs: RunSet, out_dir)`` -> {"claims": [...], "sections": [...]}."""
+        raise NotImplementedError
+
+    def base_config(self, preset: str) -> dict[str, Any]:
+        """The config ``sglab train --preset EXPERIMENT:PRESET`` starts from: the preset's
+        ``base`` if it has one, else its first run (without the seed)."""
+        params = self.preset(preset)
+        if "base" in params:
+            return copy.deepcopy(params["base"])
+        if self.uses_arms:
+            first = self.arms(params)[0]
+            return apply_overrides(first.base, dict(first.overrides))
+        data = self.configs(params, [])[0].to_dict()
+        data.pop("seed", None)
+        return data
 
 
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
@@ -74,7 +81,11 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
     started = time.perf_counter()
     params = experiment.preset(preset, seeds)
-    configs = experiment.configs(params, list(overrides or []))
+    arms = experiment.arms(params) if experiment.uses_arms else None
+    if arms is not None:
+        configs = build_arm_configs(experiment.name, arms, list(overrides or []))
+    else:
+        configs = experiment.configs(params, list(overrides or []))
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     summaries = run_configs(configs, runs_dir, workers=workers, threads=threads,
                             tag=f"{experiment.name}/{preset}", quiet=params.get("quiet", False),
@@ -85,7 +96,11 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                          f"{failed[0].get('error', 'unknown error')}. Fix the cause and rerun; "
                          "finished runs are reused.")
     printer(f"{experiment.name}: analyzing {len(summaries)} runs")
-    analysis = experiment.analyze(params, configs, summaries, runs_dir, out_dir)
+    if arms is not None:
+        runs = finished_runs(arms, configs, summaries, runs_dir)
+        analysis = experiment.analyze(params, runs, out_dir)
+    else:
+        analysis = experiment.analyze(params, configs, summaries, runs_dir, out_dir)
     claims = [c.to_dict() for c in analysis["claims"]]
     results = {
         "experiment": experiment.name, "title": experiment.title, "preset": preset,
@@ -94,9 +109,15 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         "params": params, "seconds": round(time.perf_counter() - started, 1),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
     }
+    if arms is not None:
+        results["labels"] = [{"run_id": s["run_id"], "seed": c.seed, **arm.labels}
+                             for arm, c, s in zip(arms, configs, summaries)]
     path = write_report(results, out_dir)
     for claim in claims:
         word = {True: "PASS", False: "FAIL"}.get(claim["passed"], "N/A")
         printer(f"  [{word}] {claim['id']}: {claim['evidence']}")
     printer(f"{experiment.name}: report written to {path}")
     return results
+
+
+__all__ = ["Arm", "Claim", "Experiment", "RunSet", "run_experiment"]

@@ -36,23 +36,25 @@ Universal Transformer's best interpolate accuracy was 0.948 (threshold 0.95).
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
 from sglab import registry
-from sglab.config import RunConfig, build_run_config
-from sglab.experiments.base import Claim, Experiment
+from sglab.experiments.base import Experiment
+from sglab.experiments.runs import Arm, RunSet
 from sglab.experiments.seq2seq_variants import (
-    ABSOLUTE,
+    IID,
+    OOD,
     VARIANTS,
+    best_iid,
     check_variants,
-    collect_runs,
     curves_figure,
+    every_variant_claim,
     group_accuracy_figure,
-    mean_std,
+    relative_universal_claim,
+    selection,
     seq2seq_base,
-    variant_overrides,
+    variant_switches,
 )
 
 # thesis Table C.5: the scaling each absolute variant did best with on place_value;
@@ -132,36 +134,31 @@ class MathPlaceValue(Experiment):
     }
 
     # ------------------------------------------------------------------ runs
-    def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
         check_variants(params["variants"])
-        return [build_run_config(params["base"], [
-                    f"model.embedding_scaling={EMBEDDING_SCALING[variant]}", *overrides,
-                    *variant_overrides(variant), f"seed={seed}"])
-                for variant in params["variants"] for seed in params["seeds"]]
+        arms = []
+        for variant in params["variants"]:
+            # the embedding scaling is part of the variant's base, so --set can change it
+            base = params["base"]
+            base = {**base, "model": {**base["model"],
+                                      "embedding_scaling": EMBEDDING_SCALING[variant]}}
+            arms += [Arm({"variant": variant}, base, variant_switches(variant), seed)
+                     for seed in params["seeds"]]
+        return arms
 
     # ------------------------------------------------------------------ analysis
-    def analyze(self, params, configs, summaries, runs_dir: Path, out_dir: Path):
-        runs = collect_runs(configs, summaries, runs_dir, params["patience"])
-        variants = params["variants"]
-
-        def of(variant):
-            return [r for r in runs if r["variant"] == variant]
-
-        def best_iid(r):
-            return max(x["iid_valid/exact_match"] for x in r["records"])
-
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        variants, patience = params["variants"], params["patience"]
+        accuracy, seen_places = f"{OOD}/exact_match", f"{OOD}/exact_match/place_in_train=1"
         rows = []
-        for variant in variants:
-            group = of(variant)
+        for variant, group in ((v, runs.where(variant=v)) for v in variants):
             rows.append([
-                variant, group[0]["config"].model.embedding_scaling, group[0]["parameters"],
-                mean_std([r["final"]["iid_valid/exact_match"] for r in group]),
-                mean_std([best_iid(r) for r in group]),
-                mean_std([r["final"]["test/exact_match"] for r in group]),
-                mean_std([r["final"]["test/exact_match/place_in_train=1"] for r in group]),
-                mean_std([r["final"]["test/exact_match/place_in_train=0"] for r in group]),
-                mean_std([r["early"]["best_ood"] for r in group]),
-                mean_std([r["early"]["early_stop_ood"] for r in group]),
+                variant, group[0].config.model.embedding_scaling, group[0].summary.get("parameters"),
+                group.mean_std(f"{IID}/exact_match", 3), group.mean_std(best_iid, 3),
+                group.mean_std(accuracy, 3), group.mean_std(seen_places, 3),
+                group.mean_std(f"{OOD}/exact_match/place_in_train=0", 3),
+                group.mean_std(lambda r: selection(r, patience)["early"]["best_ood"], 3),
+                group.mean_std(lambda r: selection(r, patience)["early"]["early_stop_ood"], 3),
                 _paper(PAPER[variant]["iid"]), _paper(PAPER[variant]["extrapolate"]),
             ])
         table = {"title": "Exact match at the end of training (mean ± std over seeds)",
@@ -173,77 +170,47 @@ class MathPlaceValue(Experiment):
                              "extrapolate at the IID-loss early stop",
                              "thesis interpolate (Table 4.3)", "thesis extrapolate (Table 4.4)"],
                  "rows": rows}
-
-        def mean_final(variant, key):
-            return statistics.mean(r["final"][key] for r in of(variant))
-
-        claims = []
-        # --- claim 1: relative universal >> absolute on extrapolate
-        absolute = [v for v in ABSOLUTE if v in variants]
-        statement = ("The relative universal Transformer extrapolates to longer numbers much "
-                     "better than the absolute-position variants (thesis Table 4.4: 0.75 vs "
-                     "0.12 for the Transformer and 0.20 for the Universal Transformer).")
-        if "Relative Universal" in variants and absolute:
-            extrapolate = {v: mean_final(v, "test/exact_match") for v in variants}
-            seen = {v: mean_final(v, "test/exact_match/place_in_train=1") for v in variants}
-            best_absolute = max(extrapolate[v] for v in absolute)
-            margin = params["extrapolate_margin"]
-            claims.append(Claim(
+        claims = [
+            relative_universal_claim(
                 "relative-universal-extrapolates",
-                statement,
-                "extrapolate exact match: " + ", ".join(
-                    f"{v} {a:.3f} (places seen in training {seen[v]:.3f})"
-                    for v, a in extrapolate.items())
-                + f"; pass if Relative Universal ≥ best absolute variant + {margin}",
-                bool(extrapolate["Relative Universal"] >= best_absolute + margin),
-            ))
-        else:
-            claims.append(Claim("relative-universal-extrapolates", statement,
-                                "not measured: the preset needs Relative Universal and an "
-                                "absolute variant", None))
-
-        # --- claim 2: interpolate ~100% for both universal variants
-        statement = ("The Universal and Relative Universal Transformers both reach ~100% on "
-                     "the interpolate (IID) split (thesis Table 4.3: 1.0 and 1.0) although they "
-                     "extrapolate differently, so IID accuracy cannot tell them apart.")
-        universal = [v for v in UNIVERSAL if v in variants]
-        if universal:
-            iid = {v: statistics.mean(best_iid(r) for r in of(v)) for v in universal}
-            threshold = params["iid_threshold"]
-            claims.append(Claim(
+                "The relative universal Transformer extrapolates to longer numbers much "
+                "better than the absolute-position variants (thesis Table 4.4: 0.75 vs "
+                "0.12 for the Transformer and 0.20 for the Universal Transformer).",
+                {v: runs.where(variant=v).mean(accuracy) for v in variants},
+                params["extrapolate_margin"],
+                context="extrapolate exact match, mean over seeds; on the places seen in "
+                        "training: " + ", ".join(f"{v} {runs.where(variant=v).mean(seen_places):.3f}"
+                                                for v in variants)),
+            every_variant_claim(
                 "universal-variants-interpolate-near-perfect",
-                statement,
-                "best interpolate exact match during training: " + ", ".join(
-                    f"{v} {a:.3f}" for v, a in iid.items())
-                + f"; pass if every mean ≥ {threshold} (final values in the table)",
-                bool(min(iid.values()) >= threshold),
-            ))
-        else:
-            claims.append(Claim("universal-variants-interpolate-near-perfect", statement,
-                                "not measured: the preset has no universal variant", None))
-
-        panel = [("numbers__place_value", runs)]
+                "The Universal and Relative Universal Transformers both reach ~100% on "
+                "the interpolate (IID) split (thesis Table 4.3: 1.0 and 1.0) although they "
+                "extrapolate differently, so IID accuracy cannot tell them apart.",
+                {v: runs.where(variant=v).mean(best_iid) for v in UNIVERSAL if v in variants},
+                params["iid_threshold"],
+                context="best interpolate exact match during training, mean over seeds "
+                        "(final values in the table)"),
+        ]
+        place = "place k (the 10^k digit)"
         sections = [{
             "title": "Accuracy per variant", "tables": [table],
             "text": "Interpolate (IID): held-out questions about 2-9 digit numbers, like "
                     "training. Extrapolate: 10-12 digit numbers; its questions about the "
                     "billions, ten billions and hundred billions digits name places that no "
                     "training question names. Early stop: the checkpoint that early stopping "
-                    f"on the interpolate loss (patience {params['patience']} evaluations) "
+                    f"on the interpolate loss (patience {patience} evaluations) "
                     "would keep. The thesis numbers are means ± std over 5 seeds at the sizes "
                     "of the paper preset (Table C.1); the thesis omits the non-universal "
                     "relative Transformer on place_value because its training collapses.",
             "figures": [
-                curves_figure(panel, variants, out_dir, ood="extrapolate",
-                              iid="interpolate (IID)",
+                curves_figure([("numbers__place_value", runs)], variants, out_dir, patience,
+                              ood="extrapolate", iid="interpolate (IID)",
                               ylabel="exact match (solid extrap., dotted interp.)"),
                 group_accuracy_figure(
-                    [("interpolate: accuracy by place", runs, "iid_valid/exact_match/place=",
-                      "place k (the 10^k digit)"),
-                     ("extrapolate: accuracy by place", runs, "test/exact_match/place=",
-                      "place k (the 10^k digit)"),
+                    [("interpolate: accuracy by place", runs, f"{IID}/exact_match/place=", place),
+                     ("extrapolate: accuracy by place", runs, f"{OOD}/exact_match/place=", place),
                      ("extrapolate: accuracy by number length", runs,
-                      "test/exact_match/digits=", "digits in the number")],
+                      f"{OOD}/exact_match/digits=", "digits in the number")],
                     variants, out_dir, "by_place", "accuracy by place and length",
                     "Final exact match per asked place (k: the digit worth 10^k; k ≥ 9 never "
                     "asked in training) and per number length (mean over seeds)."),

@@ -36,25 +36,25 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from matplotlib.ticker import FormatStrFormatter, NullFormatter
-
 from sglab import registry
-from sglab.config import RunConfig, build_run_config
-from sglab.experiments.base import Claim, Experiment
+from sglab.experiments.base import Experiment
+from sglab.experiments.claims import at_least, claim, greater_than
+from sglab.experiments.runs import Arm, RunSet
 from sglab.experiments.seq2seq_variants import (
-    ABSOLUTE,
+    IID,
+    OOD,
     VARIANTS,
+    best_iid,
     check_variants,
-    collect_runs,
     curves_figure,
+    every_variant_claim,
     group_accuracy_figure,
-    mean_std,
+    relative_universal_claim,
+    selection,
     seq2seq_base,
-    signed,
-    variant_overrides,
+    variant_switches,
 )
-from sglab.report.figures import new_figure, save_figure
+from sglab.report.plots import coloured_scatter_grid
 
 # thesis Table 4.1 (median of 5 seeds, exact match on the OOD test set)
 PAPER_OOD = {
@@ -118,48 +118,39 @@ class ScanLength(Experiment):
     }
 
     # ------------------------------------------------------------------ runs
-    def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
         check_variants(params["variants"])
         steps = params.get("variant_steps", {})
         check_variants(list(steps))
-        configs = []
+        arms = []
         for cutoff in params["cutoffs"]:
             for variant in params["variants"]:
-                for seed in params["seeds"]:
-                    # a variant's own budget comes first, so --set train.steps=N sets all
-                    own = [f"train.steps={steps[variant]}"] if variant in steps else []
-                    configs.append(build_run_config(params["base"], [
-                        *own, *overrides, f"task.split=cutoff_{cutoff}",
-                        *variant_overrides(variant), f"seed={seed}"]))
+                # a variant's own budget is part of its base, so --set train.steps=N sets all
+                base = params["base"]
+                if variant in steps:
+                    base = {**base, "train": {**base["train"], "steps": steps[variant]}}
+                arms += [Arm({"cutoff": str(cutoff), "variant": variant}, base,
+                             {"task.split": f"cutoff_{cutoff}", **variant_switches(variant)},
+                             seed) for seed in params["seeds"]]
         # longest runs first, so that the workers finish together
-        return sorted(configs, key=lambda c: -c.train.steps)
+        return sorted(arms, key=lambda arm: -arm.base["train"]["steps"])
 
     # ------------------------------------------------------------------ analysis
-    def analyze(self, params, configs, summaries, runs_dir: Path, out_dir: Path):
-        runs = collect_runs(configs, summaries, runs_dir, params["patience"])
-        for r in runs:
-            r["cutoff"] = int(r["config"].task.split.split("_")[1])
-
-        def cell(variant, cutoff):
-            return [r for r in runs if r["variant"] == variant and r["cutoff"] == cutoff]
-
-        def mean_of(group, get):
-            return statistics.mean(get(r) for r in group)
-
-        variants, cutoffs = params["variants"], params["cutoffs"]
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        variants, cutoffs, patience = params["variants"], params["cutoffs"], params["patience"]
+        by_cutoff = {c: runs.where(cutoff=c) for c in cutoffs}
         rows = []
         for cutoff in cutoffs:
             for variant in variants:
-                group = cell(variant, cutoff)
-                to80 = [r["to80"] for r in group if r["to80"] is not None]
+                group = by_cutoff[cutoff].where(variant=variant)
+                to80 = [s["to80"] for s in (selection(r, patience) for r in group)
+                        if s["to80"] is not None]
                 rows.append([
-                    cutoff, variant, group[0]["parameters"],
-                    mean_std([r["final"]["iid_valid/exact_match"] for r in group]),
-                    mean_std([max(x["iid_valid/exact_match"] for x in r["records"])
-                               for r in group]),
-                    mean_std([r["final"]["test/exact_match"] for r in group]),
-                    mean_std([r["final"]["test/oracle_exact_match"] for r in group]),
-                    mean_std([r["early"]["best_ood"] for r in group]),
+                    cutoff, variant, group[0].summary.get("parameters"),
+                    group.mean_std(f"{IID}/exact_match", 3), group.mean_std(best_iid, 3),
+                    group.mean_std(f"{OOD}/exact_match", 3),
+                    group.mean_std(f"{OOD}/oracle_exact_match", 3),
+                    group.mean_std(lambda r: selection(r, patience)["early"]["best_ood"], 3),
                     f"{statistics.median(to80):.0f}" if to80 else "-",
                     f"{PAPER_OOD[variant][cutoff]:.2f}" if cutoff in PAPER_OOD[variant] else "-",
                 ])
@@ -170,61 +161,36 @@ class ScanLength(Experiment):
                              "steps to 80% of final OOD", "thesis OOD (Table 4.1)"],
                  "rows": rows}
 
-        claims = []
-        # --- claim 1: IID validation ~100% for all (best evaluation during training: the
-        # constant learning rate of the thesis leaves the last evaluation noisy)
-        iid = {(v, c): mean_of(cell(v, c), lambda r: max(x["iid_valid/exact_match"]
-                                                          for x in r["records"]))
-               for v in variants for c in cutoffs}
-        threshold = params["iid_threshold"]
-        claims.append(Claim(
+        claims = [every_variant_claim(
             "iid-validation-near-perfect",
             "All variants reach ~100% accuracy on the IID validation set (thesis Table 4.3), "
             "so IID validation cannot tell them apart.",
-            "best IID exact match during training: " + ", ".join(
-                f"{v} @{c}: {a:.3f}" for (v, c), a in iid.items())
-            + f"; pass if every mean ≥ {threshold} (final values in the table)",
-            bool(min(iid.values()) >= threshold),
-        ))
+            {f"{v} @{c}": by_cutoff[c].where(variant=v).mean(best_iid)
+             for v in variants for c in cutoffs}, params["iid_threshold"],
+            context="best IID exact match during training, mean over seeds (final values in "
+                    "the table)")]
+        statement = ("At cutoff 26 the relative universal Transformer reaches much higher OOD "
+                     "accuracy than the absolute-position variants (thesis Table 4.4: 1.00 vs "
+                     "0.30 and 0.21).")
+        ood = ({v: by_cutoff[26].where(variant=v).mean(f"{OOD}/exact_match") for v in variants}
+               if 26 in cutoffs else {})
+        claims.append(relative_universal_claim(
+            "relative-universal-generalizes-to-longer-outputs", statement, ood,
+            params["ood_margin"], context="OOD exact match at cutoff 26, mean over seeds"))
 
-        # --- claim 2: relative universal >> absolute at cutoff 26
-        if 26 in cutoffs and "Relative Universal" in variants and any(
-                v in variants for v in ABSOLUTE):
-            ood = {v: mean_of(cell(v, 26), lambda r: r["final"]["test/exact_match"])
-                   for v in variants}
-            best_absolute = max(ood[v] for v in ABSOLUTE if v in variants)
-            margin = params["ood_margin"]
-            claims.append(Claim(
-                "relative-universal-generalizes-to-longer-outputs",
-                "At cutoff 26 the relative universal Transformer reaches much higher OOD "
-                "accuracy than the absolute-position variants (thesis Table 4.4: 1.00 vs "
-                "0.30 and 0.21).",
-                "OOD exact match at cutoff 26: " + ", ".join(f"{v} {a:.3f}" for v, a in ood.items())
-                + f"; pass if Relative Universal ≥ best absolute variant + {margin}",
-                bool(ood["Relative Universal"] >= best_absolute + margin),
-            ))
-        else:
-            claims.append(Claim("relative-universal-generalizes-to-longer-outputs",
-                                "At cutoff 26 the relative universal Transformer reaches much "
-                                "higher OOD accuracy than the absolute-position variants.",
-                                "not measured: the preset needs cutoff 26, Relative Universal "
-                                "and an absolute variant", None))
-
-        # --- claim 3: early stopping on IID loss loses OOD accuracy
-        losses = [r["early"]["final_ood"] - r["early"]["early_stop_ood"] for r in runs]
-        mean_loss = statistics.mean(losses)
-        worse = sum(x > 0 for x in losses)
-        claims.append(Claim(
+        losses = [s["early"]["final_ood"] - s["early"]["early_stop_ood"]
+                  for s in (selection(r, patience) for r in runs)]
+        claims.append(claim(
             "iid-early-stopping-loses-ood-accuracy",
             "Early stopping on the IID validation loss keeps a checkpoint with lower OOD "
             "accuracy than training to the end (thesis Sec. 4.2.2, Fig. 4.1).",
-            f"patience {params['patience']} evaluations; final minus early-stopped OOD exact "
-            f"match averaged over {len(runs)} runs: {mean_loss:+.3f} (lower in {worse}, higher in "
-            f"{sum(x < 0 for x in losses)}); pass if the mean loss ≥ "
-            f"{params['min_early_stop_loss']} and more runs lose than gain",
-            bool(mean_loss >= params["min_early_stop_loss"]
-                 and worse > sum(x < 0 for x in losses)),
-        ))
+            {"mean OOD loss": statistics.mean(losses),
+             "runs that lose": sum(x > 0 for x in losses),
+             "runs that gain": sum(x < 0 for x in losses)},
+            [at_least("mean OOD loss", params["min_early_stop_loss"]),
+             greater_than("runs that lose", "runs that gain")],
+            context=f"patience {patience} evaluations; final minus early-stopped OOD exact "
+                    f"match over {len(runs)} runs"))
 
         sections = [{
             "title": "Accuracy per variant and cutoff", "tables": [table],
@@ -233,12 +199,12 @@ class ScanLength(Experiment):
                     "the true length (analysis only). Steps to 80%: first evaluation at which "
                     "the OOD accuracy reaches 80% of its final value (thesis Fig. C.3).",
             "figures": [
-                curves_figure([(f"cutoff {c}", [r for r in runs if r["cutoff"] == c])
-                               for c in cutoffs], variants, out_dir),
+                curves_figure([(f"cutoff {c}", by_cutoff[c]) for c in cutoffs], variants,
+                              out_dir, patience),
                 group_accuracy_figure(
-                    [(f"cutoff {c}: OOD accuracy by output length",
-                      [r for r in runs if r["cutoff"] == c], "test/exact_match/target_length=",
-                      "output length (actions)") for c in cutoffs],
+                    [(f"cutoff {c}: OOD accuracy by output length", by_cutoff[c],
+                      f"{OOD}/exact_match/target_length=", "output length (actions)")
+                     for c in cutoffs],
                     variants, out_dir, "by_length", "accuracy by length",
                     "Final OOD exact match per output length (mean over seeds)."),
             ],
@@ -247,48 +213,41 @@ class ScanLength(Experiment):
 
     # ------------------------------------------------------------------ report parts
     @staticmethod
-    def _selection_section(runs, variants, cutoffs, params, out_dir):
+    def _selection_section(runs: RunSet, variants, cutoffs, params, out_dir):
+        patience = params["patience"]
         rows = []
         for r in runs:
-            e = r["early"]
-            rows.append([r["cutoff"], r["variant"], r["seed"], e["early_stop_step"],
+            s = selection(r, patience)
+            e = s["early"]
+            rows.append([r["cutoff"], r["variant"], r.seed, e["early_stop_step"],
                          e["stopped_at"] if e["stopped_at"] is not None else "never",
                          round(e["early_stop_ood"], 3), round(e["final_ood"], 3),
                          round(e["best_ood"], 3), e["best_ood_step"],
-                         signed(r["corr_iid"]), signed(r["corr_ood"])])
+                         _signed(s["corr_iid"]), _signed(s["corr_ood"])])
         table = {"title": "Simulated early stopping on IID validation loss",
                  "columns": ["cutoff", "variant", "seed", "kept checkpoint (step)", "stopped at",
                              "OOD at kept checkpoint", "OOD final", "OOD best", "best at step",
                              "loss-acc corr. IID", "loss-acc corr. OOD"],
                  "rows": rows}
         # loss vs accuracy scatter, coloured by step (thesis Figs. 4.2 and C.1)
-        fig, axes = new_figure(4.0 * len(variants), 6.4, ncols=len(variants), nrows=2)
         cutoff = 26 if 26 in cutoffs else cutoffs[0]
-        for j, variant in enumerate(variants):
-            for i, (split, label) in enumerate((("iid_valid", "IID validation"),
-                                                ("test", "OOD test"))):
-                ax = axes[i][j]
-                losses = []
-                for r in (r for r in runs if r["variant"] == variant and r["cutoff"] == cutoff):
-                    steps = np.asarray([x["step"] for x in r["records"]])
-                    losses += [x[f"{split}/loss"] for x in r["records"]]
-                    ax.scatter([x[f"{split}/loss"] for x in r["records"]],
-                               [x[f"{split}/exact_match"] for x in r["records"]],
-                               c=steps, cmap="viridis", s=12)
-                ax.set_xscale("log")
-                within_a_decade = max(losses) / min(losses) < 10
-                ax.xaxis.set_minor_formatter(FormatStrFormatter("%.2g") if within_a_decade
-                                             else NullFormatter())
-                ax.tick_params(axis="x", which="both", labelsize=7)
-                ax.set_title(f"{variant} · {label}", fontsize=8)
-                ax.set_xlabel("loss (log)")
-                ax.set_ylim(-0.02, 1.02)
-            axes[0][j].set_ylabel("exact match")
-        scatter = save_figure(fig, out_dir, "loss_vs_accuracy")
+        at_cutoff = runs.where(cutoff=cutoff)
+        scatter = coloured_scatter_grid(out_dir, "loss_vs_accuracy", [
+            [(f"{variant} · {label}",
+              [([x[f"{split}/loss"] for x in r.evaluations],
+                [x[f"{split}/exact_match"] for x in r.evaluations],
+                [x["step"] for x in r.evaluations]) for r in at_cutoff.where(variant=variant)])
+             for variant in variants]
+            for split, label in ((IID, "IID validation"), (OOD, "OOD test"))],
+            xlabel="loss (log)", ylabel="exact match", log_x=True, ylim=(-0.02, 1.02),
+            title="loss vs accuracy",
+            caption=f"Cutoff {cutoff}: token loss (log scale) against exact match at every "
+                    "evaluation, coloured by step (dark: early, yellow: late); top IID "
+                    "validation, bottom OOD test.")
         return {
             "title": "Model selection: early stopping and loss vs accuracy",
             "text": f"Early stopping is replayed on the logged curves: training would stop "
-                    f"after {params['patience']} evaluations without a new best IID "
+                    f"after {patience} evaluations without a new best IID "
                     "validation loss and keep the best-loss checkpoint (if it never stops, "
                     "the best-loss checkpoint of the whole run). Evaluations during training "
                     "use the first eval_max_examples of each shuffled split; the final one "
@@ -296,11 +255,12 @@ class ScanLength(Experiment):
                     "Spearman's rho between a split's loss and exact match across evaluations "
                     "(negative: loss falls as accuracy rises).",
             "tables": [table],
-            "figures": [{"file": scatter, "title": "loss vs accuracy",
-                         "caption": f"Cutoff {cutoff}: token loss (log scale) against exact "
-                                    "match at every evaluation, coloured by step (dark: early, "
-                                    "yellow: late); top IID validation, bottom OOD test."}],
+            "figures": [scatter],
         }
+
+
+def _signed(value: float) -> str:
+    return "-" if value != value else f"{value:+.2f}"
 
 
 registry.register_experiment(ScanLength())

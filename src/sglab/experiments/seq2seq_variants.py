@@ -5,27 +5,25 @@ or relative (Transformer-XL) positions, with or without one layer shared across 
 (Universal). The experiments built on them (``scan-length``, ``math-place-value``)
 use the same training settings (thesis Table C.1: Adam with PyTorch defaults, constant
 learning rate, no weight decay, gradient clipping), the same bookkeeping of finished
-runs (simulated IID-loss early stopping, convergence speed, loss-accuracy correlation)
-and the same report parts (learning curves, accuracy per example group).
+runs (simulated IID-loss early stopping, convergence speed, loss-accuracy correlation),
+the same report parts (learning curves, accuracy per example group) and the same
+"relative universal beats the absolute variants" claim.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from matplotlib.ticker import MaxNLocator
 
 from sglab.analysis.model_selection import (
     early_stopping_report,
     loss_accuracy_correlation,
     steps_to_fraction,
 )
-from sglab.config import RunConfig
-from sglab.report.figures import new_figure, save_figure
-from sglab.store import read_metrics
+from sglab.experiments.claims import Claim, at_least, claim, not_measurable
+from sglab.experiments.runs import FinishedRun, RunSet
+from sglab.report.plots import Panel, accuracy_by_group, learning_curves, metric_line
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "Transformer": {"pos_encoding": "sinusoidal", "universal": False},
@@ -34,26 +32,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Relative Universal": {"pos_encoding": "relative", "universal": True},
 }
 ABSOLUTE = ("Transformer", "Universal")
+IID, OOD = "iid_valid", "test"  # the IID validation split and the generalization split
 
 
-def check_variants(variants: list[str]) -> None:
+def check_variants(variants: Sequence[str]) -> None:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variants {unknown}; known: {list(VARIANTS)}")
 
 
-def variant_overrides(variant: str) -> list[str]:
-    """The ``model.*`` overrides that select a variant."""
-    switches = VARIANTS[variant]
-    return [f"model.pos_encoding={switches['pos_encoding']}",
-            f"model.universal={str(switches['universal']).lower()}"]
-
-
-def variant_of(config: RunConfig) -> str:
-    """The variant a run's model config is."""
-    return next(name for name, s in VARIANTS.items()
-                if s["pos_encoding"] == config.model.pos_encoding
-                and s["universal"] == config.model.universal)
+def variant_switches(variant: str) -> dict[str, Any]:
+    """The ``model.*`` overrides that select a variant (an arm's grid axes)."""
+    return {f"model.{key}": value for key, value in VARIANTS[variant].items()}
 
 
 def seq2seq_base(task: dict[str, Any], d_model, d_ff, n_heads, n_layers, steps, batch,
@@ -75,81 +65,77 @@ def seq2seq_base(task: dict[str, Any], d_model, d_ff, n_heads, n_layers, steps, 
     }
 
 
-def collect_runs(configs: list[RunConfig], summaries: list[dict], runs_dir: Path,
-                 patience: int) -> list[dict[str, Any]]:
-    """One record per finished run: its variant, seed, logged evaluations, final metrics,
-    and IID-loss early stopping, convergence speed and loss-accuracy correlations
-    (``test`` is the generalization split, ``iid_valid`` the IID one)."""
-    runs = []
-    for config, summary in zip(configs, summaries):
-        records = read_metrics(runs_dir / summary["run_id"])
-        runs.append({
-            "variant": variant_of(config), "config": config, "seed": config.seed,
-            "records": records, "final": summary["final"],
-            "parameters": summary.get("parameters"), "seconds": summary.get("seconds"),
-            "early": early_stopping_report(records, "test/exact_match", "iid_valid/loss",
+def selection(run: FinishedRun, patience: int) -> dict[str, Any]:
+    """IID-loss early stopping replayed on the logged evaluations (``early``), the first
+    step reaching 80% of the final OOD accuracy (``to80``) and Spearman loss-accuracy
+    correlations per split (``corr_iid``, ``corr_ood``)."""
+    def compute(run: FinishedRun) -> dict[str, Any]:
+        records = run.evaluations
+        return {
+            "early": early_stopping_report(records, f"{OOD}/exact_match", f"{IID}/loss",
                                            patience),
-            "to80": steps_to_fraction(records, "test/exact_match", 0.8),
-            "corr_iid": loss_accuracy_correlation(records, "iid_valid"),
-            "corr_ood": loss_accuracy_correlation(records, "test"),
-        })
-    return runs
+            "to80": steps_to_fraction(records, f"{OOD}/exact_match", 0.8),
+            "corr_iid": loss_accuracy_correlation(records, IID),
+            "corr_ood": loss_accuracy_correlation(records, OOD),
+        }
+
+    return run.measure(f"selection/patience={patience}", compute)
 
 
-def curves_figure(panels: list[tuple[str, list[dict]]], variants: list[str], out_dir: Path,
-                  ood: str = "OOD test", iid: str = "IID validation",
+def best_iid(run: FinishedRun) -> float:
+    """Best IID exact match during training (the constant learning rate of the thesis
+    leaves the last evaluation noisy)."""
+    return max(r[f"{IID}/exact_match"] for r in run.evaluations)
+
+
+def curves_figure(panels: list[tuple[str, RunSet]], variants: list[str], out_dir: Path,
+                  patience: int, ood: str = "OOD test", iid: str = "IID validation",
                   ylabel: str = "exact match (solid OOD, dotted IID)") -> dict[str, str]:
-    """Exact match during training, one panel per (title, runs): solid the ``test``
-    split (called ``ood`` in the caption), dotted ``iid_valid`` (``iid``), a thin line at
-    the checkpoint early stopping keeps."""
-    fig, axes = new_figure(4.2 * len(panels), 3.4, ncols=len(panels))
-    first_seed = min(r["seed"] for _, runs in panels for r in runs)
-    for ax, (title, runs) in zip(axes[0], panels):
+    """Exact match during training, one panel per (title, runs): solid the OOD split,
+    dotted the IID one, a thin line at the checkpoint early stopping keeps."""
+    first_seed = min(r.seed for _, runs in panels for r in runs)
+    figure_panels = []
+    for title, runs in panels:
+        panel = Panel(title, ylim=(-0.02, 1.02))
         for i, variant in enumerate(variants):
-            for r in (r for r in runs if r["variant"] == variant):
-                steps = [x["step"] for x in r["records"]]
-                label = variant if r["seed"] == first_seed else None
-                ax.plot(steps, [x["test/exact_match"] for x in r["records"]], "-",
-                        color=f"C{i}", label=label)
-                ax.plot(steps, [x["iid_valid/exact_match"] for x in r["records"]], ":",
-                        color=f"C{i}")
-                ax.axvline(r["early"]["early_stop_step"], color=f"C{i}", alpha=0.3, lw=0.8)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.02, 1.02)
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=7)
-    return {"file": save_figure(fig, out_dir, "curves"), "title": "learning curves",
-            "caption": f"Exact match during training (solid: {ood}, dotted: {iid}). Thin "
-                       "vertical lines: the checkpoint that early stopping on the IID "
-                       "validation loss keeps."}
+            for run in runs.where(variant=variant):
+                label = variant if run.seed == first_seed else None
+                panel.lines.append(metric_line(run.evaluations, f"{OOD}/exact_match", label, i))
+                panel.lines.append(metric_line(run.evaluations, f"{IID}/exact_match", None, i, ":"))
+                panel.vlines.append((selection(run, patience)["early"]["early_stop_step"], i,
+                                     None))
+        figure_panels.append(panel)
+    return learning_curves(out_dir, "curves", figure_panels, ylabel=ylabel,
+                           caption=f"Exact match during training (solid: {ood}, dotted: {iid}). "
+                                   "Thin vertical lines: the checkpoint that early stopping on "
+                                   "the IID validation loss keeps.")
 
 
-def group_accuracy_figure(panels: list[tuple[str, list[dict], str, str]], variants: list[str],
+def group_accuracy_figure(panels: list[tuple[str, RunSet, str, str]], variants: list[str],
                           out_dir: Path, name: str, title: str, caption: str) -> dict[str, str]:
     """Final exact match per example group (mean over seeds), one panel per (title, runs,
     metric prefix such as ``test/exact_match/target_length=``, x-axis label)."""
-    fig, axes = new_figure(4.2 * len(panels), 3.2, ncols=len(panels))
-    for ax, (panel_title, runs, prefix, xlabel) in zip(axes[0], panels):
-        for i, variant in enumerate(variants):
-            group = [r for r in runs if r["variant"] == variant]
-            labels = sorted(int(k[len(prefix):]) for k in group[0]["final"]
-                            if k.startswith(prefix))
-            acc = [statistics.mean(r["final"][f"{prefix}{n}"] for r in group) for n in labels]
-            ax.plot(labels, acc, "o-", ms=3, color=f"C{i}", label=variant)
-        ax.set_title(panel_title, fontsize=9)
-        ax.set_xlabel(xlabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(-0.02, 1.02)
-    axes[0][0].legend(fontsize=7)
-    return {"file": save_figure(fig, out_dir, name), "title": title, "caption": caption}
+    return accuracy_by_group(out_dir, name, [
+        (panel_title, {v: runs.where(variant=v).group_means(prefix) for v in variants}, xlabel)
+        for panel_title, runs, prefix, xlabel in panels], title=title, caption=caption)
 
 
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+def relative_universal_claim(id: str, statement: str, accuracy: dict[str, float],
+                             margin: float, context: str) -> Claim:
+    """Relative Universal beats the best absolute-position variant by ``margin``."""
+    absolute = [v for v in ABSOLUTE if v in accuracy]
+    if "Relative Universal" not in accuracy or not absolute:
+        return not_measurable(id, statement, "the preset needs Relative Universal and an "
+                                             "absolute-position variant")
+    values = {**accuracy, "best absolute": max(accuracy[v] for v in absolute)}
+    return claim(id, statement, values, [at_least("Relative Universal", "best absolute", margin)],
+                 context=context)
 
 
-def signed(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:+.2f}"
+def every_variant_claim(id: str, statement: str, accuracy: dict[str, float], threshold: float,
+                        context: str) -> Claim:
+    """Every listed variant's accuracy is at least ``threshold``."""
+    if not accuracy:
+        return not_measurable(id, statement, "the preset has none of the variants")
+    values = {"variants": list(accuracy), "accuracy": list(accuracy.values())}
+    return claim(id, statement, values, [at_least("accuracy", threshold)], context=context)

@@ -63,6 +63,14 @@ def _claims(claims: list[dict]) -> str:
             + "".join(rows) + "</table>")
 
 
+def _labels_table(labels: list[dict]) -> dict:
+    """One row per run: its labels (the roles an experiment gave it), seed and id."""
+    keys = list(dict.fromkeys(k for row in labels for k in row if k not in ("run_id", "seed")))
+    return {"columns": [*keys, "seed", "run"],
+            "rows": [[row.get(k, "") for k in keys] + [row.get("seed", ""), row["run_id"]]
+                     for row in labels]}
+
+
 def render_results(results: dict, base_dir: Path) -> str:
     title = results.get("title") or results.get("experiment", "sglab report")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
@@ -82,6 +90,8 @@ def render_results(results: dict, base_dir: Path) -> str:
             parts.append(f"<p>{html.escape(section['text'])}</p>")
         parts.extend(_table(t) for t in section.get("tables", []))
         parts.extend(_figure(f, base_dir) for f in section.get("figures", []))
+    if results.get("labels"):
+        parts.append("<h2>Runs</h2>" + _table(_labels_table(results["labels"])))
     if results.get("config"):
         parts.append("<h2>Configuration</h2><pre>"
                      + html.escape(json.dumps(results["config"], indent=2)) + "</pre>")

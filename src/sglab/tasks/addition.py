@@ -281,3 +281,13 @@ def order_blind_ceiling_for_addition(task: AdditionTask) -> float:
             prompts.append(prompt)
             answers.append(answer)
     return order_blind_ceiling(prompts, answers)
+
+
+def full_length_prompts(task: AdditionTask, limit: int, split: str = "test") -> torch.Tensor:
+    """The first ``limit`` prompts of ``split`` that have the longest prompt length
+    (every operand digit present), cut at the end of the prompt: one equal-length batch
+    for probes such as permutation sensitivity and activation correlations."""
+    data = task.split(split)
+    length = int(data.prompt_lengths.max())
+    full = data.prompt_lengths == length
+    return data.tokens[full][:limit, :length]

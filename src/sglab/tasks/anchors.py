@@ -51,11 +51,6 @@ def inferential_shift(pair: tuple[int, int]) -> int:
     return ANCHOR_SHIFT[pair[0]] + ANCHOR_SHIFT[pair[1]]
 
 
-def pair_code(pair: tuple[int, int]) -> int:
-    """(a1, a2) -> 10*a1 + a2, the label used in group breakdowns (e.g. 43)."""
-    return 10 * pair[0] + pair[1]
-
-
 class AnchorsConfig(TaskConfig):
     name: Literal["anchors"] = "anchors"
     seq_len: int = Field(9, ge=4, le=64, description="Input tokens per sequence (the paper: 9).")
@@ -211,3 +206,38 @@ def score_answers(predicted: torch.Tensor, answers: torch.Tensor, pairs: torch.T
                    "composite anchor functions: reasoning vs memorizing (Zhang et al. 2024)")
 def make_anchors(config: AnchorsConfig) -> AnchorsTask:
     return AnchorsTask(config)
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def input_token_ids() -> torch.Tensor:
+    """Ids that occur in inputs: the anchors and the items."""
+    return torch.cat([torch.tensor(sorted(ANCHOR_SHIFT)), torch.arange(ITEM_MIN, ITEM_MAX + 1)])
+
+
+def probe_sequences(config: AnchorsConfig, per_pair: int,
+                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_pair`` sequences of each of the 16 pairs (random keys and positions), and
+    the pair of each sequence as 10*a1 + a2 (e.g. 43)."""
+    generator = torch.Generator().manual_seed(seed)
+    pairs = torch.tensor(ALL_PAIRS).repeat_interleave(per_pair, 0)
+    n = len(pairs)
+    keys = torch.randint(ITEM_MIN, ITEM_MAX + 1, (n,), generator=generator)
+    positions = torch.randint(0, config.seq_len - 2, (n,), generator=generator)
+    shifts = torch.tensor([target_shift(tuple(p), config) for p in pairs.tolist()])
+    tokens = make_sequences(pairs, keys, positions, shifts, config.seq_len, generator)
+    return tokens, 10 * pairs[:, 0] + pairs[:, 1]
+
+
+def probe_unseen_input(seq_len: int, key: int = 99) -> torch.Tensor:
+    """A fixed (4,3) input with key 99 (the paper's probe) in the middle of the sequence."""
+    generator = torch.Generator().manual_seed(0)
+    position = (seq_len - 2) // 2
+    row = make_sequences(torch.tensor([[4, 3]]), torch.tensor([key]), torch.tensor([position]),
+                         torch.tensor([-10]), seq_len, generator)[0, :-1]
+    noise = torch.ones(seq_len, dtype=torch.bool)
+    noise[position:position + 3] = False
+    clash = noise & (row == key)  # the key value appears only once
+    row[clash] = ITEM_MIN + (row[clash] - ITEM_MIN + 37) % (ITEM_MAX - ITEM_MIN + 1)
+    return row

@@ -234,3 +234,16 @@ class TopicsTask(Task):
                    "masked LM on topic-model (LDA) documents (Li, Li & Risteski 2023)")
 def make_topics(config: TopicsConfig) -> TopicsTask:
     return TopicsTask(config)
+
+
+def fresh_masked_batch(task: TopicsTask, n_documents: int, seed: int) -> Batch:
+    """``n_documents`` new documents, corrupted as in training (a probe for fits that
+    need many more documents than a run's evaluation split)."""
+    rng = np.random.default_rng(seed)
+    docs = sample_documents(task.config, n_documents, rng)
+    return corrupt(task.config, docs, rng, len(task.vocab))
+
+
+def word_topics(task: TopicsTask) -> np.ndarray:
+    """The topic of each word, in the order of ``task.word_ids``."""
+    return task.topic_of[task.word_ids].numpy()

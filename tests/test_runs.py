@@ -1,0 +1,87 @@
+"""Labelled runs: arms build configs, grid axes reject --set, RunSet groups and summarizes."""
+
+import json
+
+import pytest
+
+from sglab.errors import SglabError
+from sglab.experiments.runs import (
+    Arm,
+    FinishedRun,
+    RunSet,
+    build_arm_configs,
+    format_mean_std,
+)
+
+BASE = {"task": {"name": "addition", "train_size": 100, "test_size": 50},
+        "model": {"name": "transformer", "n_layers": 2, "d_model": 16, "n_heads": 2},
+        "train": {"steps": 10}}
+
+
+def _arms():
+    return [Arm({"pe": pe}, BASE, {"model.pos_encoding": pos}, seed)
+            for pe, pos in (("learned", "learned"), ("NoPE", "none")) for seed in (0, 1)]
+
+
+def test_arms_build_configs_with_their_overrides_and_seed():
+    configs = build_arm_configs("demo", _arms(), ["train.lr=0.01"])
+    assert [c.model.pos_encoding for c in configs] == ["learned", "learned", "none", "none"]
+    assert [c.seed for c in configs] == [0, 1, 0, 1]
+    assert {c.train.lr for c in configs} == {0.01}
+    assert len({c.run_id() for c in configs}) == 4
+
+
+@pytest.mark.parametrize("override, named", [
+    ("model.pos_encoding=rotary", "'model.pos_encoding' is a grid axis of experiment 'demo'"),
+    ("model={}", "'model.pos_encoding' is a grid axis"),
+    ("seed=7", "use --seeds N"),
+])
+def test_overrides_on_a_grid_axis_are_errors(override, named):
+    with pytest.raises(SglabError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        build_arm_configs("demo", _arms(), [override])
+
+
+def _finished(labels, seed, accuracy, tmp_path):
+    directory = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    directory.mkdir()
+    (directory / "metrics.jsonl").write_text(
+        json.dumps({"step": 5, "train/loss": 2.0}) + "\n"
+        + json.dumps({"step": 10, "test/exact_match": accuracy}) + "\n")
+    config = Arm(labels, BASE, {}, seed).config()
+    summary = {"run_id": directory.name, "final": {"test/exact_match": accuracy}}
+    return FinishedRun(labels, config, summary, directory)
+
+
+def test_runset_filters_groups_and_summarizes(tmp_path):
+    runs = RunSet([_finished({"pe": "learned", "removed": "{}"}, 0, 0.9, tmp_path),
+                   _finished({"pe": "learned", "removed": "{}"}, 1, 0.7, tmp_path),
+                   _finished({"pe": "NoPE", "removed": "{}"}, 0, 0.5, tmp_path),
+                   _finished({"pe": "NoPE", "removed": "{0}"}, 0, 0.1, tmp_path)])
+    assert len(runs.where(pe="NoPE")) == 2
+    assert runs.only(pe="NoPE", removed="{0}").final["test/exact_match"] == 0.1
+    with pytest.raises(LookupError):
+        runs.only(pe="learned")
+    groups = runs.group_by("pe")
+    assert list(groups) == ["learned", "NoPE"]
+    assert groups["learned"].mean("test/exact_match") == pytest.approx(0.8)
+    assert groups["learned"].mean_std("test/exact_match") == "0.8000 ± 0.1414"
+    assert list(runs.group_by("pe", "removed")) == [("learned", "{}"), ("NoPE", "{}"),
+                                                    ("NoPE", "{0}")]
+    table = runs.table(["pe"], {"n": len, "acc": lambda g: g.mean_std("test/exact_match", 2)})
+    assert table["columns"] == ["pe", "n", "acc"]
+    assert table["rows"] == [["learned", 2, "0.80 ± 0.14"], ["NoPE", 2, "0.30 ± 0.28"]]
+    assert runs.label_values("removed") == ["{}", "{0}"]
+
+
+def test_finished_run_reads_metrics_lazily_with_training_loss_records(tmp_path):
+    run = _finished({"pe": "NoPE"}, 0, 0.5, tmp_path)
+    assert run.curve("test/exact_match") == ([10], [0.5])
+    assert run.curve("train/loss") == ([5], [2.0])
+    assert run["pe"] == "NoPE" and run.seed == 0 and run.best is None
+
+
+def test_format_mean_std():
+    assert format_mean_std([]) == "-"
+    assert format_mean_std([0.5]) == "0.5000"
+    assert format_mean_std([0.5, 0.7], digits=3) == "0.600 ± 0.141"
+    assert format_mean_std([0.0076, 0.0082], digits=3, significant=True) == "0.0079 ± 0.00042"
