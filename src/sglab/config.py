@@ -78,20 +78,20 @@ def _shown(value: Any) -> str:
     """A config value as a user writes it in YAML (true, null, tanh, 0.1)."""
     if isinstance(value, str):
         return value
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
+    if value is None or isinstance(value, bool | list | tuple):
+        return json.dumps(list(value) if isinstance(value, tuple) else value)
     return repr(value)
 
 
 @dataclass(frozen=True)
 class PresetNoOp:
-    """A setting without effect that a shipped experiment preset makes. It stays accepted so
-    that the preset keeps its run ids; remove the entry once the preset stops setting it."""
+    """A setting without effect that shipped experiment presets make. It stays accepted so
+    that those presets keep their run ids; remove the entry once they stop making it."""
 
     config_class: str
     field: str
     values: tuple[Any, ...]
-    presets: str
+    presets: tuple[str, ...]
     applies: Callable[[Any], bool] = lambda config: True
 
     def accepts(self, config: BaseModel, field_name: str, value: Any) -> bool:
@@ -100,10 +100,10 @@ class PresetNoOp:
 
 
 PRESET_NO_OPS = (
-    PresetNoOp("TrainConfig", "min_lr", (2e-4, 1e-5), "symmetry:default (lr / 10), "
-               "init-scale:default (with lr_schedule=constant)"),
-    PresetNoOp("TransformerConfig", "attention_dropout", (0.1,), "ndr-ctl:quick, ndr-ctl:paper "
-               "(arm rel_gate: relative softmax attention has no attention dropout)",
+    # min_lr with lr_schedule=constant (symmetry: lr / 10)
+    PresetNoOp("TrainConfig", "min_lr", (2e-4, 1e-5), ("symmetry:default", "init-scale:default")),
+    # the rel_gate arm: relative softmax attention has no attention dropout
+    PresetNoOp("TransformerConfig", "attention_dropout", (0.1,), ("ndr-ctl:quick", "ndr-ctl:paper"),
                lambda config: config.copy_gate and config.pos_encoding == "relative"),
 )
 
@@ -209,8 +209,7 @@ class TrainConfig(StrictModel):
             "betas": (self.optimizer == "adamw", "optimizer=adamw"),
             "early_stop_threshold": (self.early_stop_metric is not None, "early_stop_metric"),
             "early_stop_metric": (self.early_stop_threshold is not None, "early_stop_threshold"),
-            "precision": (self.device != "cpu",
-                          "device=cuda or device=auto (training on CPU is always float32)"),
+            "precision": (self.device != "cpu", "device=cuda or device=auto"),
             "threads": (self.device != "cuda", "device=cpu or device=auto"),
         })
         return self

@@ -77,7 +77,7 @@ class Seq2SeqConfig(ModelConfig):
     def _check_switches(self):
         """Fields set away from their default must have an effect (see check_switches)."""
         check_switches(self, {
-            "universal": (self.n_layers > 1, "n_layers > 1 (one layer is the same either way)"),
+            "universal": (self.n_layers > 1, "n_layers > 1"),
         })
         return self
 
