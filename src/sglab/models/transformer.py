@@ -171,6 +171,8 @@ class TransformerConfig(ModelConfig):
             "init_gamma": (self.init == "gamma", "init=gamma"),
             "max_len": (self.pos_encoding in ("learned", "sinusoidal", "rotary"),
                         "pos_encoding=learned, sinusoidal or rotary"),
+            # copy-gated layers compute ReLU and biased FFNs whatever activation and bias
+            # say; activation=relu and bias=true (what the NDR presets set) describe them
             "activation": (self.ffn == "dense", "ffn=dense"),
             "attention_out_projection": (self.attention == "softmax", "attention=softmax"),
             "attention_dropout": (self.attention != "softmax",
