@@ -59,6 +59,6 @@ def test_layer_norm_gains_are_one_and_gamma_changes_only_the_scale():
 
 
 def test_default_init_is_not_the_gamma_scale():
-    model = _model(0.3, init="default")
+    model = _model(0.5, init="default")  # init_gamma at its default: init=gamma only sets it
     std = float(model.blocks[0].attn.qkv.weight.detach().std())
-    assert abs(std - 0.02) < 0.002 and init_std(nn.Linear(96, 96), 0.3) > 0.2
+    assert abs(std - 0.02) < 0.002 and init_std(nn.Linear(96, 96), 0.5) > 0.1

@@ -14,8 +14,11 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -43,11 +46,92 @@ class TaskConfig(StrictModel):
     name: str
     data_seed: int = Field(0, description="Seed of the data generator (same data across run seeds).")
 
+    split_metrics: ClassVar[tuple[str, ...]] = ("exact_match", "loss")
+
+    def evaluation_splits(self) -> list[str] | None:
+        """Names of the splits the Trainer evaluates, computed from the config alone (no
+        data is built). None: known only once the data exists, so metric names in the
+        train section are not checked against them."""
+        return None
+
+    def evaluation_metrics(self) -> list[str] | None:
+        """Every ``<split>/<metric>`` name an evaluation reports (breakdowns such as
+        ``test/exact_match/carries=2`` extend a name after a '/'), or None if unknown."""
+        splits = self.evaluation_splits()
+        if splits is None:
+            return None
+        return [f"{split}/{metric}" for split in splits for metric in self.split_metrics]
+
 
 class ModelConfig(StrictModel):
     """Fields every model shares. Models subclass this and register the subclass."""
 
     name: str
+
+    def evaluation_statistics(self) -> list[str]:
+        """Names of the forward-pass statistics the model reports in evaluation (logged as
+        ``<split>/<name>``, e.g. ``act_steps``)."""
+        return []
+
+
+def _shown(value: Any) -> str:
+    """A config value as a user writes it in YAML (true, null, tanh, 0.1)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | list | tuple):
+        return json.dumps(list(value) if isinstance(value, tuple) else value)
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class PresetNoOp:
+    """A setting without effect that shipped experiment presets make. It stays accepted so
+    that those presets keep their run ids; remove the entry once they stop making it."""
+
+    config_class: str
+    field: str
+    values: tuple[Any, ...]
+    presets: tuple[str, ...]
+    applies: Callable[[Any], bool] = lambda config: True
+
+    def accepts(self, config: BaseModel, field_name: str, value: Any) -> bool:
+        return (type(config).__name__ == self.config_class and field_name == self.field
+                and value in self.values and self.applies(config))
+
+
+PRESET_NO_OPS = (
+    # min_lr with lr_schedule=constant (symmetry: lr / 10)
+    PresetNoOp("TrainConfig", "min_lr", (2e-4, 1e-5), ("symmetry:default", "init-scale:default")),
+    # the rel_gate arm: relative softmax attention has no attention dropout
+    PresetNoOp("TransformerConfig", "attention_dropout", (0.1,), ("ndr-ctl:quick", "ndr-ctl:paper"),
+               lambda config: config.copy_gate and config.pos_encoding == "relative"),
+)
+
+# False while validating the config of an existing run (see validate)
+_CHECK_EFFECTS: ContextVar[bool] = ContextVar("check_effects", default=True)
+
+
+def check_switches(config: BaseModel, effective: dict[str, tuple[bool, str]]) -> None:
+    """Reject fields that were set away from their default where they have no effect.
+
+    ``effective`` maps a field name to (whether the field has an effect in this
+    configuration, the switch it needs, e.g. ``"copy_gate=true"``). A field left at its
+    default is always fine, so configs (and run ids) that never set it are unaffected.
+    Raises ValueError naming every such field and the switch it needs.
+    """
+    if not _CHECK_EFFECTS.get():
+        return
+    problems = []
+    for field_name, (has_effect, switch) in effective.items():
+        value = getattr(config, field_name)
+        default = type(config).model_fields[field_name].get_default(call_default_factory=True)
+        if has_effect or value == default:
+            continue
+        if not any(known.accepts(config, field_name, value) for known in PRESET_NO_OPS):
+            problems.append(f"{field_name}={_shown(value)} has no effect without {switch}: set "
+                            f"{switch}, or leave {field_name} at its default ({_shown(default)})")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 class TrainConfig(StrictModel):
@@ -124,6 +208,22 @@ class TrainConfig(StrictModel):
                              f"optimizer={self.optimizer} leave it at 0 (betas set Adam's momentum)")
         return self
 
+    @model_validator(mode="after")
+    def _check_switches(self):
+        check_switches(self, {
+            "min_lr": (self.lr_schedule == "cosine", "lr_schedule=cosine"),
+            "betas": (self.optimizer == "adamw", "optimizer=adamw"),
+            "early_stop_threshold": (self.early_stop_metric is not None, "early_stop_metric"),
+            "early_stop_metric": (self.early_stop_threshold is not None, "early_stop_threshold"),
+            "precision": (self.device != "cpu", "device=cuda or device=auto"),
+            "threads": (self.device != "cuda", "device=cpu or device=auto"),
+        })
+        return self
+
+
+METRIC_FIELDS = ("early_stop_metric", "target_metric", "select_on")
+"""Train fields that name an evaluation metric; checked against the task's metric names."""
+
 
 class RunConfig(StrictModel):
     """Everything that defines one training run. Same config -> same result."""
@@ -146,6 +246,48 @@ class RunConfig(StrictModel):
         from sglab import registry
 
         return registry.validate_section("model", value)
+
+    def metric_names(self) -> list[str] | None:
+        """Every metric an evaluation of this run logs (a breakdown extends a name after a
+        '/'), or None when the task's splits are only known once its data is built."""
+        metrics = self.task.evaluation_metrics()
+        splits = self.task.evaluation_splits()
+        if metrics is None or splits is None:
+            return None
+        return metrics + [f"{split}/{name}" for split in splits
+                          for name in self.model.evaluation_statistics()]
+
+    def logs_metric(self, name: str) -> bool | None:
+        """Whether evaluations of this run log the metric ``name`` (None: not known before
+        the task's data is built). Breakdowns (``test/exact_match/carries=2``) and the
+        logged weight norms (``weight_norm/...``) are accepted without listing them."""
+        known = self.metric_names()
+        if known is None:
+            return None
+        if name in known or any(name.startswith(f"{metric}/") for metric in known):
+            return True
+        return name.startswith("weight_norm/") and bool(self.train.weight_norms)
+
+    @model_validator(mode="after")
+    def _check_metric_names(self):
+        if not _CHECK_EFFECTS.get():
+            return self
+        for field_name in METRIC_FIELDS:
+            if field_name not in TrainConfig.model_fields:
+                continue
+            value = getattr(self.train, field_name)
+            if value is None or value == TrainConfig.model_fields[field_name].get_default():
+                continue
+            if self.logs_metric(value) is not False:
+                continue
+            known = self.metric_names()
+            near = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise ValueError(
+                f"train.{field_name}={value} is not a metric that task {self.task.name} logs "
+                f"with model {self.model.name}.{hint} Metrics: {', '.join(known)} (a breakdown "
+                "such as test/exact_match/<group>=<value> extends one of these)")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -282,17 +424,28 @@ def format_validation_error(exc: ValidationError, cls: type[BaseModel], data: An
             msg = err["msg"]
             msg = msg.removeprefix("Value error, ")
             value = err.get("input")
+            if not loc:  # a check across sections names its fields itself
+                lines.append(msg)
+                continue
             shown = f"{where}: " if isinstance(value, dict) else f"{where} = {value!r}: "
             lines.append(shown + msg)
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-def validate(cls: type[BaseModel], data: Any):
-    """Validate ``data`` into ``cls``; raise :class:`SglabError` with readable messages."""
+def validate(cls: type[BaseModel], data: Any, check_effects: bool = False):
+    """Validate ``data`` into ``cls``; raise :class:`SglabError` with readable messages.
+
+    ``check_effects``: also reject fields set where they have no effect and metric names
+    the task does not log (:func:`check_switches`), as :func:`build_run_config` does for
+    new configs. Off by default, so that the config of an existing run still loads.
+    """
+    token = _CHECK_EFFECTS.set(check_effects)
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise SglabError(format_validation_error(exc, cls, data)) from None
+    finally:
+        _CHECK_EFFECTS.reset(token)
 
 
 DEFAULT_NAMES = {"task": "addition", "model": "transformer"}
@@ -308,7 +461,7 @@ def build_run_config(
         node = data.setdefault(section, {})
         if isinstance(node, dict):
             node.setdefault("name", default)
-    return validate(RunConfig, data)
+    return validate(RunConfig, data, check_effects=True)
 
 
 def dump_yaml(config: RunConfig) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -28,6 +28,13 @@ class LSTMClassifierConfig(ModelConfig):
     bidirectional: bool = False
     dropout: float = Field(0.5, ge=0, lt=1, description="On the embeddings and the final state.")
     classifier: Literal[True] = Field(True, description="Always a sequence classifier.")
+
+    @model_validator(mode="after")
+    def _check_directions(self):
+        if self.bidirectional and self.d_model % 2:
+            raise ValueError(f"bidirectional=true splits d_model over two directions: set an even "
+                             f"d_model (got {self.d_model})")
+        return self
 
 
 class LSTMClassifier(nn.Module):

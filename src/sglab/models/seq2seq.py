@@ -43,7 +43,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from sglab import registry
-from sglab.config import ModelConfig
+from sglab.config import ModelConfig, check_switches
 from sglab.errors import SglabError
 from sglab.models.hookpoint import HookPoint
 from sglab.models.positional import sinusoidal_table
@@ -71,6 +71,14 @@ class Seq2SeqConfig(ModelConfig):
     def _check(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_switches(self):
+        """Fields set away from their default must have an effect (see check_switches)."""
+        check_switches(self, {
+            "universal": (self.n_layers > 1, "n_layers > 1"),
+        })
         return self
 
 

@@ -43,7 +43,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from sglab import registry
-from sglab.config import ModelConfig
+from sglab.config import ModelConfig, check_switches
 from sglab.errors import SglabError
 from sglab.models.abs_rel import AbsRelGatedAttention
 from sglab.models.act import AdaptiveHalting
@@ -158,6 +158,37 @@ class TransformerConfig(ModelConfig):
             raise ValueError(f"act={self.act} halts over the steps of one shared layer: set "
                              "shared_layers=true")
         return self
+
+    @model_validator(mode="after")
+    def _check_switches(self):
+        """Fields set away from their default must have an effect (see check_switches)."""
+        if (self.uniform_attention or self.identity_value) and (
+                self.attention != "softmax" or self.shared_layers or self.pos_encoding == "relative"):
+            raise ValueError("uniform_attention / identity_value fix the weights of softmax "
+                             "attention in separate layers: set attention=softmax, "
+                             "shared_layers=false and a pos_encoding other than relative")
+        check_switches(self, {
+            "init_gamma": (self.init == "gamma", "init=gamma"),
+            "max_len": (self.pos_encoding in ("learned", "sinusoidal", "rotary"),
+                        "pos_encoding=learned, sinusoidal or rotary"),
+            # copy-gated layers compute ReLU and biased FFNs whatever activation and bias
+            # say; activation=relu and bias=true (what the NDR presets set) describe them
+            "activation": (self.ffn == "dense", "ffn=dense"),
+            "attention_out_projection": (self.attention == "softmax", "attention=softmax"),
+            "attention_dropout": (self.attention != "softmax",
+                                  "attention=geometric or attention=abs_rel_gated"),
+            "geometric_normalize": (self.attention == "geometric", "attention=geometric"),
+            "copy_gate_bias_init": (self.copy_gate, "copy_gate=true"),
+            "gate_dropout": (self.copy_gate, "copy_gate=true"),
+            "update_norm": (self.copy_gate, "copy_gate=true"),
+            "act_threshold": (self.act != "none", "act=graves or act=ut"),
+            "act_loss_weight": (self.act != "none", "act=graves or act=ut"),
+            "act_bias_init": (self.act != "none", "act=graves or act=ut"),
+        })
+        return self
+
+    def evaluation_statistics(self) -> list[str]:
+        return ["act_steps"] if self.act != "none" else []
 
 
 class MLP(nn.Module):

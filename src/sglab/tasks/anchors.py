@@ -62,6 +62,12 @@ class AnchorsConfig(TaskConfig):
         True, description="Train (3,4) with target x-6. false: (3,4) is held out as well "
                           "(the learning-rate x weight-decay study of the paper).")
 
+    def evaluation_splits(self) -> list[str]:
+        return ["test", "unseen"]
+
+    def evaluation_metrics(self) -> list[str]:
+        return [*super().evaluation_metrics(), "unseen/inferential", "unseen/symmetric"]
+
 
 def training_pairs(config: AnchorsConfig) -> list[tuple[int, int]]:
     """The ordered anchor pairs that occur in training."""

@@ -53,6 +53,9 @@ class ArithmeticConfig(TaskConfig):
                              f"{self.test_depths[1]} ({4 * self.test_depths[1] + 1} tokens at least)")
         return self
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "ood_valid", "test"]
+
 
 def generate(depth: int, rng: np.random.Generator, p_subtree: float) -> tuple[str, int]:
     """(expression text, value mod 10) of an expression of exactly ``depth`` operations deep."""

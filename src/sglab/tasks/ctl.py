@@ -70,6 +70,9 @@ class CTLConfig(TaskConfig):
             raise ValueError("train_lengths must include compositions (upper bound >= 2)")
         return self
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "ood_valid", "test"]
+
 
 def sequence_codes(functions: np.ndarray, symbols: np.ndarray, n_functions: int,
                    n_symbols: int) -> np.ndarray:

@@ -60,6 +60,9 @@ class ListOpsConfig(TaskConfig):
             raise ValueError("min_arguments must not exceed max_arguments")
         return self
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "ood_valid", "test"]
+
 
 @lru_cache(maxsize=1 << 16)
 def value(tree: Tree) -> int:

@@ -127,6 +127,9 @@ class MathematicsConfig(Seq2SeqTaskConfig):
     train_size: int = Field(100_000, ge=10, description="Training questions (before dedup).")
     eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "test"]
+
 
 class MathematicsTask(Seq2SeqTask):
     """Splits: ``train``, ``iid_valid`` (interpolate), ``test`` (extrapolate).

@@ -283,16 +283,25 @@ class PublishedConfig(Seq2SeqTaskConfig):
 class CogsConfig(PublishedConfig):
     name: Literal["cogs"] = "cogs"
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "iid_test", "test"]
+
 
 class PcfgConfig(PublishedConfig):
     name: Literal["pcfg"] = "pcfg"
     split: Literal["productivity", "systematicity"] = "productivity"
+
+    def evaluation_splits(self) -> list[str]:
+        return ["test"]
 
 
 class CfqConfig(PublishedConfig):
     name: Literal["cfq"] = "cfq"
     split: str = Field("mcd1", description="Name of a file in splits/ (mcd1, mcd2, mcd3, "
                                            "query_complexity_split, ...).")
+
+    def evaluation_splits(self) -> list[str]:
+        return ["ood_valid", "test"]
 
 
 class PublishedTask(Seq2SeqTask):

@@ -192,6 +192,9 @@ class ScanConfig(Seq2SeqTaskConfig):
                 raise ValueError(str(exc)) from None
         return value
 
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "test"] if self.split.startswith("cutoff_") else ["test"]
+
 
 class ScanTask(Seq2SeqTask):
     config: ScanConfig

@@ -133,6 +133,12 @@ class Seq2SeqTaskConfig(TaskConfig):
                              "each example is as likely as before, but a batch holds similar "
                              "lengths, so less padding is computed. 1 = plain random batches.")
 
+    def evaluation_metrics(self) -> list[str] | None:
+        metrics = super().evaluation_metrics()
+        if metrics is None or not self.eval_oracle_length:
+            return metrics
+        return metrics + [f"{split}/oracle_exact_match" for split in self.evaluation_splits()]
+
 
 def length_sorted_parts(index: torch.Tensor, split: PairSplit, groups: int) -> list[torch.Tensor]:
     """``index`` sorted by target, then source, length and cut into ``groups`` equal parts.

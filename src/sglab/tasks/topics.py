@@ -29,7 +29,7 @@ generator so that a resumed run replays the same batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -82,6 +82,11 @@ class TopicsConfig(TaskConfig):
             raise ValueError("keep_probability + random_probability must be at most 1 "
                              f"(got {self.keep_probability} + {self.random_probability})")
         return self
+
+    split_metrics: ClassVar[tuple[str, ...]] = ("loss", "squared_loss", "accuracy", "in_document")
+
+    def evaluation_splits(self) -> list[str]:
+        return ["test"]
 
 
 @dataclass

@@ -1,0 +1,291 @@
+"""A field set where it has no effect, or a metric name the task never logs, is a config error.
+
+Fields left at their default are never errors, so configs that do not set them (and their
+run ids) are unchanged; every config of every experiment preset still validates.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sglab import config as config_module
+from sglab import registry
+from sglab.cli import main
+from sglab.config import PRESET_NO_OPS, RunConfig, build_run_config, validate
+from sglab.errors import SglabError
+from sglab.models import build_model
+from sglab.tasks import build_task
+from sglab.train.loop import load_run_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "published"
+GEOMETRIC = ["model.attention=geometric", "model.attention_mask=bidirectional",
+             "model.pos_encoding=none"]
+ABS_REL = ["model.attention=abs_rel_gated", "model.attention_mask=bidirectional",
+           "model.pos_encoding=none"]
+COPY_GATE = ["model.copy_gate=true", "model.norm=post"]
+ACT = ["model.shared_layers=true", "model.act=graves"]
+
+# (overrides, the field as the message shows it, the switch the message asks for)
+NO_EFFECT = [
+    (["model.init_gamma=0.3"], "init_gamma=0.3", "init=gamma"),
+    (["model.pos_encoding=none", "model.max_len=64"], "max_len=64",
+     "pos_encoding=learned, sinusoidal or rotary"),
+    (["model.ffn=none", "model.activation=relu"], "activation=relu", "ffn=dense"),
+    ([*GEOMETRIC, "model.attention_out_projection=false"], "attention_out_projection=false",
+     "attention=softmax"),
+    (["model.attention_dropout=0.1"], "attention_dropout=0.1",
+     "attention=geometric or attention=abs_rel_gated"),
+    ([*ABS_REL, "model.geometric_normalize=true"], "geometric_normalize=true", "attention=geometric"),
+    (["model.copy_gate_bias_init=-1"], "copy_gate_bias_init=-1.0", "copy_gate=true"),
+    (["model.gate_dropout=0.1"], "gate_dropout=0.1", "copy_gate=true"),
+    (["model.update_norm=tanh"], "update_norm=tanh", "copy_gate=true"),
+    (["model.shared_layers=true", "model.act_threshold=0.9"], "act_threshold=0.9",
+     "act=graves or act=ut"),
+    (["model.act_loss_weight=0.1"], "act_loss_weight=0.1", "act=graves or act=ut"),
+    (["model.act_bias_init=2"], "act_bias_init=2.0", "act=graves or act=ut"),
+    (["model.name=seq2seq", "model.n_layers=1", "model.universal=true"], "universal=true",
+     "n_layers > 1"),
+    (["train.lr_schedule=constant", "train.min_lr=0.001"], "min_lr=0.001", "lr_schedule=cosine"),
+    (["train.optimizer=sgd", "train.betas=[0.9, 0.95]"], "betas=[0.9, 0.95]", "optimizer=adamw"),
+    (["train.early_stop_threshold=0.9"], "early_stop_threshold=0.9", "early_stop_metric"),
+    (["train.early_stop_metric=test/exact_match"], "early_stop_metric=test/exact_match",
+     "early_stop_threshold"),
+    (["train.device=cpu", "train.precision=bf16"], "precision=bf16", "device=cuda or device=auto"),
+    (["train.device=cuda", "train.threads=2"], "threads=2", "device=cpu or device=auto"),
+]
+
+# the same fields, with the switch they need
+WITH_SWITCH = [
+    ["model.init=gamma", "model.init_gamma=0.3"],
+    ["model.pos_encoding=rotary", "model.max_len=64"],
+    [*GEOMETRIC, "model.attention_dropout=0.1", "model.geometric_normalize=true"],
+    [*ABS_REL, "model.attention_dropout=0.1"],
+    [*COPY_GATE, "model.copy_gate_bias_init=-1", "model.gate_dropout=0.1", "model.update_norm=tanh"],
+    [*ACT, "model.act_threshold=0.9", "model.act_loss_weight=0.1", "model.act_bias_init=2"],
+    ["model.name=seq2seq", "model.n_layers=2", "model.universal=true"],
+    ["train.lr_schedule=cosine", "train.min_lr=0.001"],
+    ["train.optimizer=adamw", "train.betas=[0.9, 0.95]"],
+    ["train.early_stop_metric=test/exact_match", "train.early_stop_threshold=0.9"],
+    ["train.device=auto", "train.precision=bf16", "train.threads=2"],
+]
+
+
+def _error(overrides: list[str], base: dict | None = None) -> str:
+    with pytest.raises(SglabError) as err:
+        build_run_config(base or {}, overrides)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("overrides, field, switch", NO_EFFECT)
+def test_a_field_without_effect_is_one_error_naming_the_switch_it_needs(overrides, field, switch):
+    message = _error(overrides)
+    assert message.count("\n") == 1  # "invalid config:" and one line
+    assert f"{field} has no effect without {switch}: set {switch}, or leave" in message
+
+
+@pytest.mark.parametrize("overrides", WITH_SWITCH)
+def test_the_same_fields_are_accepted_with_their_switch(overrides):
+    build_run_config({}, overrides)
+
+
+def test_several_fields_without_effect_are_named_in_one_message():
+    message = _error(["model.gate_dropout=0.2", "model.update_norm=tanh"])
+    assert message.count("\n") == 1
+    assert "gate_dropout=0.2 has no effect" in message and "update_norm=tanh has no effect" in message
+
+
+def test_fields_spelled_out_at_their_default_are_accepted_and_keep_the_run_id():
+    plain = build_run_config({}, ["train.lr_schedule=constant"])
+    explicit = build_run_config({}, [
+        "train.lr_schedule=constant", "train.min_lr=1e-4", "model.attention_dropout=0.0",
+        "model.copy_gate_bias_init=-3", "model.gate_dropout=0", "model.update_norm=layernorm",
+        "model.act_threshold=0.99", "model.init_gamma=0.5", "model.geometric_normalize=false",
+        "train.early_stop_threshold=null", "train.target_metric=test/exact_match"])
+    assert explicit.run_id() == plain.run_id()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.uniform_attention=true", "model.shared_layers=true"],
+    [*GEOMETRIC, "model.identity_value=true"],
+    ["model.pos_encoding=relative", "model.uniform_attention=true"],
+])
+def test_frozen_attention_weights_need_softmax_attention_in_separate_layers(overrides):
+    assert "uniform_attention / identity_value fix the weights of softmax attention" in _error(overrides)
+
+
+def test_a_bidirectional_lstm_needs_an_even_width():
+    message = _error(["model.name=lstm", "model.bidirectional=true", "model.d_model=201"])
+    assert "set an even d_model (got 201)" in message
+    build_run_config({}, ["model.name=lstm", "model.bidirectional=true", "model.d_model=200"])
+
+
+# ----------------------------------------------------------------------------- metric names
+
+
+def test_a_mistyped_metric_is_an_error_with_the_nearest_name_and_the_list():
+    message = _error(["train.target_metric=tset/exact_match"])
+    assert message.count("\n") == 1
+    assert "train.target_metric=tset/exact_match is not a metric that task addition logs" in message
+    assert "Did you mean 'test/exact_match'?" in message
+    assert "Metrics: test/exact_match, test/loss" in message
+    message = _error(["task.name=ctl", "train.early_stop_metric=ood_valid/exact_mach",
+                      "train.early_stop_threshold=0.9"])
+    assert "Did you mean 'ood_valid/exact_match'?" in message
+    assert "iid_valid/exact_match" in message and "test/loss" in message
+
+
+@pytest.mark.parametrize("base, overrides, metric, logged", [
+    ({}, [], "test/exact_match/carries=2", True),
+    ({}, [], "ood_valid/exact_match", False),
+    ({}, [], "test/act_steps", False),
+    ({}, ACT, "test/act_steps", True),
+    ({}, ["train.weight_norms=[tok_emb.weight]"], "weight_norm/tok_emb.weight", True),
+    ({}, [], "weight_norm/tok_emb.weight", False),
+    ({}, ["task.name=anchors"], "unseen/inferential/train_keys", True),
+    ({}, ["task.name=anchors"], "test/inferential", False),
+    ({}, ["task.name=ctl"], "ood_valid/exact_match", True),
+    ({}, ["task.name=topics"], "test/accuracy", True),
+    ({}, ["task.name=topics"], "test/exact_match", False),
+    ({}, ["task.name=scan", "task.split=cutoff_26"], "iid_valid/exact_match", True),
+    ({}, ["task.name=scan", "task.split=length"], "iid_valid/exact_match", False),
+    ({}, ["task.name=scan"], "test/oracle_exact_match", False),
+    ({}, ["task.name=scan", "task.eval_oracle_length=true"], "test/oracle_exact_match", True),
+    ({"task": {"name": "cogs", "data_dir": "cogs"}}, [], "iid_test/exact_match", True),
+    ({"task": {"name": "cfq", "data_dir": "cfq"}}, [], "ood_valid/exact_match", True),
+    ({"task": {"name": "pcfg", "data_dir": "pcfg"}}, [], "iid_valid/exact_match", False),
+])
+def test_metric_names_follow_the_task_splits_and_the_model(base, overrides, metric, logged):
+    assert build_run_config(base, overrides).logs_metric(metric) is logged
+    settings = [f"train.early_stop_metric={metric}", "train.early_stop_threshold=0.5"]
+    if logged:
+        build_run_config(base, [*overrides, *settings])
+    else:
+        assert "is not a metric that task" in _error([*overrides, *settings], base)
+
+
+def test_the_default_target_metric_is_not_checked():
+    """topics logs no exact_match, but a field at its default is never an error."""
+    assert build_run_config({}, ["task.name=topics"]).train.target_metric == "test/exact_match"
+
+
+SMALL_TASKS = {
+    "addition": {"train_size": 200, "test_size": 50},
+    "anchors": {"train_size": 200, "test_size": 50, "unseen_size": 50},
+    "arithmetic": {"train_size": 200, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
+    "ctl": {"train_size": 200, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
+    "listops": {"train_size": 100, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
+    "mathematics": {"train_size": 50, "eval_size": 10},
+    "scan": {"split": "simple"},
+    "topics": {"eval_documents": 8},
+    "cogs": {"data_dir": "cogs", "verify_published": False},
+    "pcfg": {"data_dir": "pcfgset", "verify_published": False},
+    "cfq": {"data_dir": "cfq"},
+}
+
+
+def test_every_task_declares_a_small_config_here():
+    assert set(SMALL_TASKS) == set(registry.entries("task"))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_TASKS))
+def test_declared_evaluation_splits_are_the_splits_the_task_evaluates(name, tmp_path):
+    fields = dict(SMALL_TASKS[name])
+    if "data_dir" in fields:  # loading writes SHA256SUMS beside the files: use a copy
+        shutil.copytree(FIXTURES, tmp_path / "data")
+        fields["data_dir"] = str(tmp_path / "data" / fields["data_dir"])
+    config = build_run_config({"task": {"name": name, **fields}}).task
+    assert config.evaluation_splits() == list(build_task(config).eval_splits)
+
+
+@pytest.mark.parametrize("task, model", [
+    ({"name": "addition", "train_size": 200, "test_size": 50}, {}),
+    ({"name": "anchors", "train_size": 200, "test_size": 50, "unseen_size": 50}, {}),
+    ({"name": "ctl", "train_size": 200, "iid_valid_size": 20, "ood_valid_size": 20,
+      "test_size": 20}, {"attention_mask": "bidirectional", "readout": "first"}),
+    ({"name": "scan", "split": "cutoff_26", "eval_oracle_length": True},
+     {"name": "seq2seq", "d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 1}),
+    ({"name": "topics", "eval_documents": 8}, {"attention_mask": "bidirectional"}),
+])
+def test_every_metric_an_evaluation_logs_is_a_declared_metric(task, model):
+    model = {"n_layers": 1, "n_heads": 2, "d_model": 16, **model}
+    config = build_run_config({"task": task, "model": model})
+    built = build_task(config.task)
+    network = build_model(config.model, len(built.vocab), built.max_length).eval()
+    logged = {}
+    for split in built.eval_splits:
+        logged.update(built.evaluate(network, split, 64, 64))
+    assert logged and all(config.logs_metric(name) for name in logged)
+    for name in config.metric_names():
+        assert name in logged
+
+
+def test_act_models_report_the_statistics_they_declare():
+    config = build_run_config({}, [*ACT, "model.n_layers=2", "model.n_heads=2", "model.d_model=16"])
+    network = build_model(config.model, 20, 16).eval()
+    network(torch.randint(1, 20, (2, 5)))
+    assert sorted(network.statistics) == config.model.evaluation_statistics() == ["act_steps"]
+
+
+# ----------------------------------------------------------------------------- presets, stored runs
+
+
+def _preset_configs(experiment_name: str, preset: str) -> list[RunConfig]:
+    experiment = registry.experiment(experiment_name)
+    return experiment.configs(experiment.preset(preset), [])
+
+
+def test_every_config_of_every_experiment_preset_validates():
+    count = 0
+    for name, experiment in registry.experiments().items():
+        for preset in experiment.presets:
+            for config in _preset_configs(name, preset):
+                again = build_run_config(config.to_dict())
+                assert again.run_id() == config.run_id()
+                count += 1
+    assert count > 100
+
+
+@pytest.mark.parametrize("known", PRESET_NO_OPS, ids=lambda known: known.field)
+def test_each_accepted_preset_no_op_is_still_made_by_its_presets(known, monkeypatch):
+    """Remove an entry of PRESET_NO_OPS once its presets stop setting the field."""
+    monkeypatch.setattr(config_module, "PRESET_NO_OPS",
+                        tuple(k for k in PRESET_NO_OPS if k is not known))
+    for spec in known.presets:
+        with pytest.raises(SglabError, match=f"{known.field}=.* has no effect without"):
+            _preset_configs(*spec.split(":"))
+
+
+def test_the_config_of_an_existing_run_still_loads(tmp_path):
+    data = build_run_config({}).to_dict()
+    data["model"]["attention_dropout"] = 0.1
+    data["train"]["target_metric"] = "valid/exact_match"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(data))
+    loaded = load_run_config(run_dir)
+    assert loaded.model.attention_dropout == 0.1 and loaded.train.target_metric == "valid/exact_match"
+    with pytest.raises(SglabError, match="attention_dropout=0.1 has no effect"):
+        validate(RunConfig, data, check_effects=True)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (["model.attention_dropout=0.1"], "model: attention_dropout=0.1 has no effect without "
+                                      "attention=geometric or attention=abs_rel_gated"),
+    (["model.gate_dropout=0.1"], "model: gate_dropout=0.1 has no effect without copy_gate=true"),
+    (["train.lr_schedule=constant", "train.min_lr=0.01"],
+     "train: min_lr=0.01 has no effect without lr_schedule=cosine"),
+    (["train.target_metric=test/exact"], "Did you mean 'test/exact_match'?"),
+])
+def test_cli_train_exits_2_with_one_message_and_writes_nothing(settings, expected, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    args = [part for setting in settings for part in ("--set", setting)]
+    assert main(["train", "--runs-dir", str(runs), *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("error:") == 1
+    assert not runs.exists()
