@@ -130,7 +130,7 @@ def test_a_mistyped_metric_is_an_error_with_the_nearest_name_and_the_list():
     assert message.count("\n") == 1
     assert "train.target_metric=tset/exact_match is not a metric that task addition logs" in message
     assert "Did you mean 'test/exact_match'?" in message
-    assert "Metrics: test/exact_match, test/loss" in message
+    assert "Metrics: iid_valid/exact_match, iid_valid/loss, test/exact_match, test/loss" in message
     message = _error(["task.name=ctl", "train.early_stop_metric=ood_valid/exact_mach",
                       "train.early_stop_threshold=0.9"])
     assert "Did you mean 'ood_valid/exact_match'?" in message

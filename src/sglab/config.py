@@ -221,8 +221,9 @@ class TrainConfig(StrictModel):
         return self
 
 
-METRIC_FIELDS = ("early_stop_metric", "target_metric", "select_on")
-"""Train fields that name an evaluation metric; checked against the task's metric names."""
+METRIC_FIELDS = ("early_stop_metric", "target_metric")
+"""Train fields that name an evaluation metric; checked against the task's metric names
+(``select_on`` names a split and is checked against the task's splits)."""
 
 
 class RunConfig(StrictModel):
@@ -287,6 +288,12 @@ class RunConfig(StrictModel):
                 f"train.{field_name}={value} is not a metric that task {self.task.name} logs "
                 f"with model {self.model.name}.{hint} Metrics: {', '.join(known)} (a breakdown "
                 "such as test/exact_match/<group>=<value> extends one of these)")
+        splits = self.task.evaluation_splits()
+        if self.train.select_on is not None and splits is not None and self.train.select_on not in splits:
+            near = difflib.get_close_matches(self.train.select_on, splits, n=1, cutoff=0.5)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"train.select_on={self.train.select_on} is not a split that task "
+                             f"{self.task.name} evaluates.{hint} Splits: {', '.join(splits)}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

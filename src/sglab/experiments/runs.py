@@ -88,7 +88,7 @@ class FinishedRun:
         self.config = config
         self.summary = summary
         self.directory = Path(directory)
-        self._loaded: dict[str, tuple] = {}
+        self._models: dict[str, Any] = {}
         self._measures: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -144,20 +144,24 @@ class FinishedRun:
             self._measures[name] = compute(self)
         return self._measures[name]
 
-    def loaded(self, which: str = "last") -> tuple:
-        """(config, task, model) with weights from ``checkpoints/<which>.pt`` (cached)."""
-        if which not in self._loaded:
-            from sglab.train.loop import load_trained
-
-            self._loaded[which] = load_trained(self.directory, which)
-        return self._loaded[which]
-
     def model(self, which: str = "last"):
-        return self.loaded(which)[2]
+        """The model with weights from ``checkpoints/<which>.pt`` (cached), built from the
+        sizes its summary records, without the task's data."""
+        if which not in self._models:
+            from sglab.train.loop import load_model, load_trained
 
-    @property
+            if "vocab_size" in self.summary:
+                self._models[which] = load_model(self.directory, which)[1]
+            else:  # a run from an older sglab: the task's vocabulary sizes the model
+                self._models[which] = load_trained(self.directory, which)[2]
+        return self._models[which]
+
+    @cached_property
     def task(self):
-        return self.loaded()[1]
+        """The run's task, data built (for probes that need its vocabulary or splits)."""
+        from sglab.tasks import build_task
+
+        return build_task(self.config.task)
 
 
 class RunSet(Sequence[FinishedRun]):

@@ -46,10 +46,10 @@ PERMUTATIONS = 16
 
 
 def _base(n_layers, n_heads, d_model, steps, batch, lr, train_size=10_000, test_size=10_000,
-          dropout=0.0, eval_every=250, warmup=100, **train) -> dict[str, Any]:
+          dropout=0.0, eval_every=250, warmup=100, loss_on="answer", **train) -> dict[str, Any]:
     return {
         "task": {"name": "addition", "format": "reverse", "train_size": train_size,
-                 "test_size": test_size},
+                 "test_size": test_size, "loss_on": loss_on},
         "model": {"name": "transformer", "n_layers": n_layers, "n_heads": n_heads,
                   "d_model": d_model, "dropout": dropout, "norm": "pre"},
         "train": {"steps": steps, "batch_size": batch, "lr": lr, "min_lr": lr / 10,
@@ -75,8 +75,9 @@ class Symmetry(Experiment):
     )
     # The CPU presets use 3 layers, so removing residuals from {0, 1, 2} removes them
     # everywhere; NoPE needed a constant learning rate to converge reliably within the
-    # step budget (cosine-decayed runs stalled in some seeds). Runs stop at 99% test
-    # exact match (on a 2,000-example evaluation; the final evaluation uses all 10,000).
+    # step budget (cosine-decayed runs stalled in some seeds). Runs stop at 99% exact match
+    # on the IID validation split (1,000 pairs in neither train nor test; the test split,
+    # on which the claims are scored, selects nothing).
     presets = {
         "quick": {
             "base": _base(3, 2, 32, steps=300, batch=64, lr=3e-3, train_size=2000,
@@ -87,17 +88,19 @@ class Symmetry(Experiment):
         "default": {
             "base": _base(3, 4, 64, steps=6000, batch=128, lr=2e-3, lr_schedule="constant",
                           eval_every=250, eval_max_examples=2000,
-                          early_stop_metric="test/exact_match", early_stop_threshold=0.99),
+                          early_stop_metric="iid_valid/exact_match", early_stop_threshold=0.99),
             "seeds": [0, 1], "ablations": ABLATIONS, "bidirectional_steps": 500,
             "converged_threshold": 0.5, "correlation_examples": 2000, "quiet": False,
         },
         "paper": {
             # nanoGPT of Lee et al.: 6 layers, 6 heads, 384 wide, dropout 0.2, AdamW 1e-3
-            # with cosine decay, batch 256, 5000 iterations; answer-token loss instead of
-            # the packed stream.
-            "base": _base(6, 6, 384, steps=5000, batch=256, lr=1e-3, dropout=0.2,
+            # with cosine decay, batch 256, 5000 iterations. Rows of 256 tokens packed with
+            # whole examples at varying offsets, loss on the answers (task.loss_on=packed):
+            # with one example per row the learned-PE model stalled at 95.7% after 4,750
+            # steps; packed, it reached 99.7% at step 1,000 (one H100, seed 0).
+            "base": _base(6, 6, 384, steps=5000, batch=256, lr=1e-3, dropout=0.2, loss_on="packed",
                           eval_max_examples=2000, precision="bf16",
-                          early_stop_metric="test/exact_match", early_stop_threshold=0.99),
+                          early_stop_metric="iid_valid/exact_match", early_stop_threshold=0.99),
             "seeds": [0, 1, 2, 3, 4], "ablations": ABLATIONS, "bidirectional_steps": 1000,
             "converged_threshold": 0.5, "correlation_examples": 2000, "quiet": False,
         },
@@ -118,6 +121,7 @@ class Symmetry(Experiment):
                             params["base"],
                             {"model.pos_encoding": "none",
                              "model.attention_mask": "bidirectional",
+                             "task.loss_on": "answer",  # one example per row, prefix passes
                              "train.steps": params["bidirectional_steps"]}, seed))
         return arms
 

@@ -62,8 +62,14 @@ class AdditionConfig(TaskConfig):
             )
         return self
 
+    def validation_size(self) -> int:
+        """Pairs wanted in the IID validation split: ``valid_size`` (default min(1000,
+        test_size)), at most the pairs left over by train and test."""
+        wanted = min(1000, self.test_size) if self.valid_size is None else self.valid_size
+        return max(0, min(wanted, (10**self.digits) ** 2 - self.train_size - self.test_size))
+
     def evaluation_splits(self) -> list[str]:
-        return ["test"]
+        return ["iid_valid", "test"] if self.validation_size() else ["test"]
 
 
 def digit_sum(values: np.ndarray) -> np.ndarray:
@@ -169,9 +175,8 @@ class AdditionTask(PromptAnswerTask):
         longer than the longest train/test example (so the model's length does not change).
         Drawn from a generator of their own, so train, test and stream stay as they were."""
         cfg = self.config
-        wanted = min(1000, cfg.test_size) if cfg.valid_size is None else cfg.valid_size
+        wanted = cfg.validation_size()
         taken = set(map(tuple, train.tolist())) | set(map(tuple, test.tolist()))
-        wanted = min(wanted, (10**cfg.digits) ** 2 - len(taken))
         if wanted <= 0:
             return np.zeros((0, 2), dtype=np.int64)
         rng = np.random.default_rng([cfg.data_seed, 1])
