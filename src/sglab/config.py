@@ -100,8 +100,6 @@ class PresetNoOp:
 
 
 PRESET_NO_OPS = (
-    # min_lr with lr_schedule=constant (symmetry: lr / 10)
-    PresetNoOp("TrainConfig", "min_lr", (2e-4, 1e-5), ("symmetry:default", "init-scale:default")),
     # the rel_gate arm: relative softmax attention has no attention dropout
     PresetNoOp("TransformerConfig", "attention_dropout", (0.1,), ("ndr-ctl:quick", "ndr-ctl:paper"),
                lambda config: config.copy_gate and config.pos_encoding == "relative"),

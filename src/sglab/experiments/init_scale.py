@@ -45,13 +45,15 @@ def _base(*, d_model: int, d_ff: int, steps: int, batch: int, lr: float, warmup:
           snapshots: int, weight_decay: float = 0.01, min_lr: float = 1e-5,
           **train: Any) -> dict[str, Any]:
     snapshot_steps = sorted({round(i * steps / snapshots) for i in range(snapshots + 1)})
+    if train.get("lr_schedule", "cosine") == "cosine":
+        train["min_lr"] = min_lr
     return {
         "task": {"name": "anchors", "train_size": train_size, "test_size": test_size,
                  "unseen_size": unseen_size},
         "model": {"name": "transformer", "n_heads": 1, "d_model": d_model, "d_ff": d_ff,
                   "norm": "post", "activation": "relu", "tie_embeddings": False,
                   "init": "gamma", "pos_encoding": "learned", "attention_mask": "causal"},
-        "train": {"steps": steps, "batch_size": batch, "lr": lr, "min_lr": min_lr,
+        "train": {"steps": steps, "batch_size": batch, "lr": lr,
                   "warmup_steps": warmup, "betas": [0.9, 0.999], "weight_decay": weight_decay,
                   "grad_clip": 1.0, "eval_interval": eval_every, "log_interval": eval_every,
                   "checkpoint_interval": eval_every * 4, "snapshot_steps": snapshot_steps,

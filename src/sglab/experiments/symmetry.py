@@ -47,12 +47,14 @@ PERMUTATIONS = 16
 
 def _base(n_layers, n_heads, d_model, steps, batch, lr, train_size=10_000, test_size=10_000,
           dropout=0.0, eval_every=250, warmup=100, loss_on="answer", **train) -> dict[str, Any]:
+    if train.get("lr_schedule", "cosine") == "cosine":
+        train["min_lr"] = lr / 10
     return {
         "task": {"name": "addition", "format": "reverse", "train_size": train_size,
                  "test_size": test_size, "loss_on": loss_on},
         "model": {"name": "transformer", "n_layers": n_layers, "n_heads": n_heads,
                   "d_model": d_model, "dropout": dropout, "norm": "pre"},
-        "train": {"steps": steps, "batch_size": batch, "lr": lr, "min_lr": lr / 10,
+        "train": {"steps": steps, "batch_size": batch, "lr": lr,
                   "warmup_steps": warmup, "eval_interval": eval_every, "log_interval": eval_every,
                   "checkpoint_interval": eval_every * 2, "weight_decay": 0.1, "grad_clip": 1.0,
                   **train},
