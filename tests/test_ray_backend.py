@@ -11,7 +11,7 @@ import pytest
 
 from sglab.cli import main
 from sglab.sweep import SweepSpec, expand
-from sglab.sweep.jobs import sweep_run_id
+from sglab.sweep.jobs import sweep_run_ids
 from tests.test_store_and_sweep import TINY
 
 ray = pytest.importorskip("ray")
@@ -64,7 +64,7 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
     killed: list[int] = []
     sweep_done = threading.Event()
     watcher = threading.Thread(target=kill_a_worker_after_first_checkpoint,
-                               args=(runs / sweep_run_id(configs[0], True), killed, sweep_done))
+                               args=(runs / sweep_run_ids(configs, True)[0], killed, sweep_done))
     watcher.start()
     try:
         summaries = run_configs_ray(configs, runs, tag="ray-test", printer=lambda _: None,
@@ -76,8 +76,8 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
     assert [s["status"] for s in summaries] == ["finished"] * 4
     # (each cell's seeds start as one ensemble; a retry trains members whose checkpoints
     # are at different steps separately, so the summaries need not say "ensemble_size")
-    for config in configs:  # the retry resumed: one metrics line per evaluation, no repeats
-        lines = (runs / sweep_run_id(config, True) / "metrics.jsonl").read_text().splitlines()
+    for run_id in sweep_run_ids(configs, True):  # the retry resumed: one line per evaluation
+        lines = (runs / run_id / "metrics.jsonl").read_text().splitlines()
         evaluations = [json.loads(line) for line in lines if '"kind": "train"' not in line]
         assert [record["step"] for record in evaluations] == [200, 400, 600]
     capsys.readouterr()

@@ -1,7 +1,7 @@
 import json
 
 from sglab.sweep import SweepSpec, expand, run_configs
-from sglab.sweep.jobs import plan_jobs
+from sglab.sweep.jobs import executions, plan_jobs, sweep_run_ids
 from sglab.sweep.local import plan_placement
 from tests.test_store_and_sweep import TINY
 
@@ -29,6 +29,20 @@ def test_plan_groups_seeds_of_a_cell_and_splits_for_workers(tmp_path):
     assert sorted(len(j) for j in plan_jobs(lrs, tmp_path)) == [2, 2]
     widths = grid(seeds=1, **{"model.d_model": [8, 16]})
     assert sorted(len(j) for j in plan_jobs(widths, tmp_path)) == [1, 1, 1, 1]
+
+
+def test_a_config_trains_as_a_member_only_when_the_sweep_holds_a_partner_for_it():
+    # 2 cells x 2 seeds: every config has a partner, so all are members, also when the
+    # planner gives each worker a job of one; the ids do not depend on the workers
+    paired = grid(seeds=2)
+    assert executions(paired, ensemble=True) == ["ensemble"] * 4
+    assert sorted(len(j) for j in plan_jobs(paired, "unused", min_jobs=4)) == [1, 1, 1, 1]
+    assert all(run_id.endswith("-ensemble") for run_id in sweep_run_ids(paired, True))
+    # one seed per width: no config can join another, so each trains alone under its lone id
+    widths = grid(seeds=1, **{"model.d_model": [8, 16]})
+    assert executions(widths, ensemble=True) == ["alone"] * 4
+    assert sweep_run_ids(widths, True) == [config.run_id() for config in widths]
+    assert executions(paired, ensemble=False) == ["alone"] * 4
 
 
 def test_placement_is_stated_and_overridable():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections import Counter
 from pathlib import Path
 
 from sglab.config import RunConfig
@@ -27,25 +28,30 @@ def available_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-def execution_of(config: RunConfig, ensemble: bool) -> str:
-    """How a sweep trains ``config``: as an ensemble member whenever it can join one
-    (even an ensemble of one, so that its run id does not depend on how many workers
-    split the sweep), else alone."""
+def executions(configs: list[RunConfig], ensemble: bool) -> list[str]:
+    """How a sweep trains each config: as an ensemble member when another config of the
+    sweep shares its :func:`ensemble_key` (also when the planner then splits the group so
+    that a job holds one member), else alone. It depends on the sweep's configs only,
+    never on the number of workers, and so does every run id."""
     from sglab.train.ensemble import ensemble_key
 
-    return "ensemble" if ensemble and ensemble_key(config) is not None else "alone"
+    keys = [ensemble_key(config) if ensemble else None for config in configs]
+    sizes = Counter(key for key in keys if key is not None)
+    return ["ensemble" if key is not None and sizes[key] > 1 else "alone" for key in keys]
 
 
-def sweep_run_id(config: RunConfig, ensemble: bool) -> str:
+def sweep_run_ids(configs: list[RunConfig], ensemble: bool) -> list[str]:
+    """The run id each config of a sweep trains under (see :func:`executions`)."""
     from sglab.train.loop import execution_run_id
 
-    return execution_run_id(config, execution_of(config, ensemble))
+    return [execution_run_id(config, execution)
+            for config, execution in zip(configs, executions(configs, ensemble))]
 
 
-def _is_finished(config: RunConfig, runs_dir: Path, ensemble: bool) -> bool:
+def _is_finished(run_id: str, runs_dir: Path) -> bool:
     import json
 
-    path = runs_dir / sweep_run_id(config, ensemble) / "summary.json"
+    path = runs_dir / run_id / "summary.json"
     try:
         return json.loads(path.read_text()).get("status") == "finished"
     except (OSError, ValueError):
@@ -66,12 +72,12 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
     runs_dir = Path(runs_dir)
     groups: dict[str, list[int]] = {}
     jobs: list[list[int]] = []
+    run_ids, modes = sweep_run_ids(configs, ensemble), executions(configs, ensemble)
     for i, config in enumerate(configs):
-        key = ensemble_key(config) if ensemble else None
-        if key is None or _is_finished(config, runs_dir, ensemble):
+        if modes[i] == "alone" or _is_finished(run_ids[i], runs_dir):
             jobs.append([i])
         else:
-            groups.setdefault(key, []).append(i)
+            groups.setdefault(ensemble_key(config), []).append(i)
     for members in groups.values():
         n_chunks = -(-len(members) // max_members)
         if n_chunks > 1:  # split anyway: into a multiple of the workers, so none idles
@@ -87,10 +93,10 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
 
 
 def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: str | None,
-            quiet: bool, ensemble: bool = True) -> list[dict]:
-    """Train one job (a run or an ensemble) in this process; returns one summary per run.
-    With ``ensemble``, configs that can join an ensemble are trained as members (see
-    :func:`execution_of`), even a job of one."""
+            quiet: bool, execution: str = "alone") -> list[dict]:
+    """Train one job in this process; returns one summary per run. ``execution`` (see
+    :func:`executions`): ``ensemble`` trains the configs as members of one ensemble, even
+    a job of one; ``alone`` trains each as a lone run."""
     import torch
 
     from sglab.config import validate
@@ -104,7 +110,6 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
     configs = [validate(RunConfig, data) for data in config_data]
     printer = None if quiet else (lambda line: print(line, flush=True))
     store = RunStore(runs_dir)
-    execution = execution_of(configs[0], ensemble)
     trainers = [Trainer(c, runs_dir, store=store, printer=printer, tag=tag, execution=execution)
                 for c in configs]
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sglab.config import RunConfig
 from sglab.store import RunStore
-from sglab.sweep.jobs import available_cores, describe_jobs, plan_jobs, run_job, summary_line
+from sglab.sweep.jobs import available_cores, describe_jobs, executions, plan_jobs, run_job, summary_line
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -81,6 +81,7 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
     RunStore(runs_dir).ensure()
     results: list[dict | None] = [None] * len(configs)
     payloads = [[configs[i].to_dict() for i in job] for job in jobs]
+    modes = executions(configs, ensemble)
     done = 0
 
     def collect(job, summaries):
@@ -92,13 +93,13 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
 
     if workers == 1:
         for job, payload in zip(jobs, payloads):
-            collect(job, run_job(payload, runs_dir, threads, tag, quiet, ensemble))
+            collect(job, run_job(payload, runs_dir, threads, tag, quiet, modes[job[0]]))
         return results  # type: ignore[return-value]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet, ensemble): job
+        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet, modes[job[0]]): job
                    for job, payload in zip(jobs, payloads)}
         for future in as_completed(futures):
             collect(futures[future], future.result())

@@ -17,7 +17,7 @@ from pathlib import Path
 from sglab.config import RunConfig
 from sglab.errors import SglabError
 from sglab.store import RunStore
-from sglab.sweep.jobs import describe_jobs, plan_jobs, run_job, summary_line, sweep_run_id
+from sglab.sweep.jobs import describe_jobs, executions, plan_jobs, run_job, summary_line, sweep_run_ids
 
 
 def import_ray():
@@ -49,13 +49,14 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
         printer(f"sweep (ray): {len(configs)} runs as {describe_jobs(jobs)}; "
                 f"{cluster_cpus} CPU(s) in the cluster, {threads} per job")
         remote = ray.remote(run_job)
+        modes, run_ids = executions(configs, ensemble), sweep_run_ids(configs, ensemble)
         pending = {}
         for job in jobs:
             gpus = 1 if any(configs[i].train.device == "cuda" for i in job) else 0
             options = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries,
                                      retry_exceptions=False)
             ref = options.remote([configs[i].to_dict() for i in job], runs_dir, threads, tag, quiet,
-                                 ensemble)
+                                 modes[job[0]])
             pending[ref] = job
         results: list[dict | None] = [None] * len(configs)
         done, last_report = 0, time.monotonic()
@@ -66,7 +67,7 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                 try:
                     summaries = ray.get(ref)
                 except Exception as exc:  # retries exhausted (e.g. a node died repeatedly)
-                    summaries = [{"run_id": sweep_run_id(configs[i], ensemble), "status": "failed",
+                    summaries = [{"run_id": run_ids[i], "status": "failed",
                                   "error": f"{type(exc).__name__}: {exc}"} for i in job]
                 for index, summary in zip(job, summaries):
                     results[index] = summary
