@@ -96,14 +96,32 @@ def test_gate_bias_starts_at_minus_three():
 def test_torch_init_keeps_unit_embeddings_and_uses_the_ndr_xavier_bounds():
     """init=torch (the NDR code's): embeddings N(0, 1), so a copying column keeps its token
     identity at the scale of the LayerNorm'd updates; the GPT init would make them 0.02."""
-    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch")
+    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch",
+                    "model.ndr_init=xavier")
     assert 0.9 < model.tok_emb.weight.std().item() < 1.1
     attention, block = model.blocks[0].attn, model.blocks[0]
     assert attention.direction.weight.abs().max() <= (6 / (64 + 2)) ** 0.5
     assert attention.direction.weight.abs().max() > 0.9 * (6 / (64 + 2)) ** 0.5  # not Linear's default
     assert torch.all(block.gate_ffn.out.bias == -3.0)
+    assert torch.all(block.mlp.up.bias == 0)
     _, gpt = _ndr("model.n_layers=2", "model.d_model=64", "model.init=default")
     assert gpt.tok_emb.weight.std().item() < 0.03
+
+
+def test_code_init_keeps_linear_defaults_for_directions_and_ffn_biases():
+    """ndr_init=code: the thesis code re-initializes an unused positional projection, so the
+    directional projection keeps nn.Linear's U(+-1/sqrt(d)); FFN biases keep theirs too."""
+    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch")
+    attention, block = model.blocks[0].attn, model.blocks[0]
+    bound = 64 ** -0.5
+    assert attention.direction.weight.abs().max() <= bound
+    assert attention.direction.weight.abs().max() > 0.9 * bound
+    assert torch.all(attention.query.bias == 0)
+    xavier = (6 / (64 + attention.head_dim)) ** 0.5  # fan_in d, fan_out d_head
+    assert attention.query.weight.abs().max() <= xavier
+    assert attention.query.weight.abs().max() > 0.9 * xavier  # Xavier, not Linear's default
+    assert block.mlp.up.bias.abs().max() > 0 and block.mlp.up.bias.abs().max() <= bound
+    assert torch.all(block.gate_ffn.out.bias == -3.0)
 
 
 def test_gate_dropout_of_one_forces_a_copy():
