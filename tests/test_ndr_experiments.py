@@ -26,9 +26,8 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     root, results = ctl_quick
     ids = [c["id"] for c in results["claims"]]
     assert ids == ["ndr-generalizes-both-directions", "transformers-fail-on-longer",
-                   "rel-gate-forward-only", "abs-rel-gate-both-directions",
-                   "lstm-forward-bilstm-both", "act-is-no-copy-gate", "ndr-needs-depth-4",
-                   "ndr-gates-open-in-order"]
+                   "gate-generalizes-forward", "lstm-forward-bilstm-both",
+                   "act-is-no-copy-gate", "ndr-needs-depth-4", "ndr-gates-open-in-order"]
     assert all(c["evidence"] and c["passed"] in (True, False, None) for c in results["claims"])
     # 13 models (5 with ACT) x 2 directions + the shallow NDR x 2 directions
     assert len(results["runs"]) == 28
