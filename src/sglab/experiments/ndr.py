@@ -129,6 +129,9 @@ class NDRExperiment(Experiment):
                 "model": spec["model"], "train": deep_merge(params["train"], spec.get("train", {}))}
         base = deep_merge(base, spec.get("extra", {}))
         extra = [f"seed={seed}"]
+        steps_here = params.get("condition_steps", {}).get(key, {}).get(condition)
+        if steps_here:  # e.g. a longer budget for the NDR in the backward direction
+            extra.append(f"train.steps={steps_here}")
         if key.startswith("ndr@"):  # Table 5.2: this many steps in training and at test time
             steps = int(key.split('@')[1])
             extra += [f"model.n_layers={steps}", f"model.eval_steps={steps}"]
@@ -328,6 +331,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                attention_dropout: float | None = None, gated_lr: float | None = None,
                ndr_lr: float | None = None, lstm_d_model: int | None = None,
                lstm_batch: int | None = None, ablation_conditions: list[str] | None = None,
+               gated_ffn: str = "relu", ndr_backward_steps: int | None = None,
+               ablation_steps: int | None = None,
                betas: tuple[float, float] = (0.9, 0.99), quiet: bool = True) -> dict[str, Any]:
     """CTL grid: thesis Table D.3 shapes, scaled by width, batch and steps; with
     ``act_steps`` also the ACT rows of Table D.2 (14 steps at most, trained that long).
@@ -335,7 +340,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
     evaluated with this many (a gated column that is done copies itself, so extra steps
     are harmless; the thesis's CTL++ NDR trains with 8 and tests with 10).
     ``sampling``: the CTL task's ``train_sampling`` (dataset: the thesis's length mix;
-    uniform: fresh sequences, lengths uniform over 1-5)."""
+    uniform: fresh sequences, lengths uniform over 1-5). ``gated_ffn``: the copy-gated
+    layers' ``copy_gate_ffn`` (relu: Eqs. 5.2, 5.5; gelu_residual: App. E)."""
     models = transformer_variants(
         d_model=d_model, n_heads=4, n_layers=plain_layers, d_ff=2 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=ndr_layers,
@@ -345,6 +351,7 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
         gate_dropout=0.1, readout="last")
     variants = {key: {"model": spec} for key, spec in models.items()}
     for key in ("rel_gate", "abs_rel_gate", "ndr"):
+        variants[key]["model"]["copy_gate_ffn"] = gated_ffn
         variants[key]["train"] = {"steps": ndr_steps if key == "ndr" else gated_steps,
                                   "weight_decay": 0.01}
         if gated_eval_layers:
@@ -368,8 +375,10 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                                early_stop_threshold=0.998),
         "variants": variants,
         "conditions": {"forward": {"direction": "forward"}, "backward": {"direction": "backward"}},
-        "seeds": seeds, "depth_ablation": depth_ablation, "ablation_train_steps": ndr_steps,
+        "seeds": seeds, "depth_ablation": depth_ablation,
+        "ablation_train_steps": ablation_steps or ndr_steps,
         "ablation_conditions": ablation_conditions,
+        "condition_steps": {"ndr": {"backward": ndr_backward_steps}} if ndr_backward_steps else {},
         "n_classes": 8,
         "routing_condition": "backward", "quiet": quiet,
     }
@@ -391,17 +400,24 @@ class NDRCTL(NDRExperiment):
         "quick": ctl_preset(steps=40, gated_steps=40, ndr_steps=40, lstm_steps=40, seeds=[0],
                             d_model=16, act_steps=20, gated_d_model=16, batch=32, eval_every=20,
                             train_size=2000, depth_ablation=[4], ndr_layers=6, plain_layers=4),
-        # CPU: width 64 instead of 128 / 256, batch 256 instead of 512, no dropout (gate
-        # dropout 0.1 kept), lr 2e-3, 7-layer gate-less baselines instead of 11; the gated
-        # models train with 7 steps (enough for 1-5 functions) and are tested with 14; the
-        # NDR trains up to 16k steps (early stop once OOD validation is solved), the others
-        # 1.5k-2.5k; no depth ablation (paper preset). Measured: the NDR leaves its loss
-        # plateau after about 5k steps at this scale (see the README for the numbers).
-        "default": ctl_preset(steps=1500, gated_steps=2500, ndr_steps=16_000, lstm_steps=1500,
-                              lr=2e-3, dropout=0.0, seeds=[0], d_model=64, gated_d_model=64,
-                              batch=256, eval_every=500, train_size=50_000, depth_ablation=[],
-                              ndr_layers=7, gated_eval_layers=14, plain_layers=7,
-                              eval_max_examples=500),
+        # CPU proxy (README: "Controlled runs"). The thesis code's data (singles 0.14%,
+        # two-function sequences 1% of the training set) keeps a d = 64 model at chance for
+        # thousands of steps, so every model trains on fresh sequences with lengths uniform
+        # over 1-5 (task.train_sampling=uniform; the test lengths and the splits are
+        # unchanged). Width 64, batch 64, lr 2e-3, no dropout (gate dropout 0.1 kept);
+        # gate-less baselines 4 heads, 7 layers, 1.5k steps; gated models 14 steps as in the
+        # thesis, 4 heads, the App. E copy-gated FFN (GELU, residual: leaves the plateau
+        # 2-3x sooner than Eq. 5.2 at this size), 3k steps (+ rel + gate, + abs/rel + gate),
+        # the NDR 6k forward / 12k backward (the backward readout -- <E> must find the
+        # leftmost function at a length-dependent distance -- is learned last); depth
+        # ablation: 8 steps in training and test, forward.
+        "default": ctl_preset(steps=1500, gated_steps=3000, ndr_steps=6000,
+                              ndr_backward_steps=12_000, lstm_steps=2000, lr=2e-3, dropout=0.0,
+                              seeds=[0], d_model=64, gated_d_model=64, gated_heads=4, batch=64,
+                              eval_every=250, train_size=50_000, depth_ablation=[8],
+                              ablation_conditions=["forward"], ablation_steps=4000,
+                              ndr_layers=14, plain_layers=7, eval_max_examples=500,
+                              sampling="uniform", gated_ffn="gelu_residual"),
         # thesis Table D.3: 128-wide 11-layer baselines (dropout 0.1, lr 1.5e-4), 256-wide
         # 14-step 1-head gated models (dropout 0.5, attention dropout 0.1, lr 2e-4; the NDR
         # 1.5e-4), LSTM 200 / BiLSTM 400 units, batch 512, Adam betas (0.9, 0.999), 30k
