@@ -87,3 +87,42 @@ def test_depth_experiments_build_valid_grids(name):
         assert len(configs) == 6 * len(experiment.preset(preset)["seeds"])
         assert ("transformer", "geometric", "none") in models
         assert all(c.train.target_metric == "ood_valid/exact_match" for c in configs)
+
+
+def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
+    experiment = registry.experiment("ndr-ctl")
+    params = experiment.preset("default")
+    grid = list(experiment._grid(params))
+    configs = experiment.configs(params, [])
+    runs = {(key, condition): config for (key, _, condition, _), config in zip(grid, configs)}
+    assert {config.task.train_sampling for config in configs} == {"uniform"}
+    for condition in ("forward", "backward"):
+        ndr = runs[("ndr", condition)]
+        assert ndr.model.n_layers == 14 and ndr.model.eval_steps is None  # 14 / 14, thesis
+        assert ndr.model.attention == "geometric" and ndr.model.copy_gate
+        assert ndr.train.target_metric == "ood_valid/exact_match"
+    assert runs[("ndr", "backward")].train.steps == 2 * runs[("ndr", "forward")].train.steps
+    shallow = [key for key in runs if key[0] == "ndr@8"]
+    assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
+    assert runs[("ndr@8", "forward")].model.eval_steps == 8
+    assert grid[0][0] == grid[1][0] == "ndr"  # the slowest runs start first
+
+
+def test_ctl_paper_preset_carries_table_d3():
+    experiment = registry.experiment("ndr-ctl")
+    params = experiment.preset("paper")
+    runs = {(key, condition): config for (key, _, condition, _), config
+            in zip(experiment._grid(params), experiment.configs(params, []))}
+    ndr = runs[("ndr", "backward")]
+    assert (ndr.model.d_model, ndr.model.n_heads, ndr.model.d_ff, ndr.model.n_layers) == \
+        (256, 1, 512, 14)
+    assert (ndr.model.dropout, ndr.model.attention_dropout, ndr.model.gate_dropout) == \
+        (0.5, 0.1, 0.1)
+    assert (ndr.train.batch_size, ndr.train.lr, ndr.train.steps, ndr.train.weight_decay,
+            ndr.train.grad_clip, ndr.train.betas) == (512, 1.5e-4, 30_000, 0.01, 5.0,
+                                                      (0.9, 0.999))
+    assert ndr.task.train_sampling == "bucketed" and ndr.model.copy_gate_ffn == "relu"
+    assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
+    assert runs[("transformer", "forward")].model.n_layers == 11
+    assert runs[("lstm", "forward")].model.d_model == 200
+    assert runs[("bilstm", "forward")].train.batch_size == 256
