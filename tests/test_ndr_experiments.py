@@ -75,6 +75,10 @@ def test_routing_trace_has_one_map_per_step_including_extra_test_steps():
 def test_first_open_steps():
     activity = np.array([[0.1, 0.9, 0.0], [0.7, 0.9, 0.2], [0.2, 0.1, 0.3]])
     assert first_open_steps(activity) == [2, 1, None]
+    # relative: halfway between each column's lowest and highest value; a flat column never opens
+    partial = np.array([[0.03, 0.26, 0.05], [0.04, 0.28, 0.05], [0.25, 0.34, 0.06],
+                        [0.32, 0.44, 0.06]])
+    assert first_open_steps(partial, threshold=None) == [3, 4, None]
 
 
 @pytest.mark.parametrize("name", ["ndr-arithmetic", "ndr-listops"])
