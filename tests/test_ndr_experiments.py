@@ -105,7 +105,7 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
         assert ndr.model.n_layers == 14 and ndr.model.eval_steps is None  # 14 / 14, thesis
         assert ndr.model.attention == "geometric" and ndr.model.copy_gate
         assert ndr.train.target_metric == "ood_valid/exact_match"
-    assert runs[("ndr", "backward")].train.steps == 2 * runs[("ndr", "forward")].train.steps
+    assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
     shallow = [key for key in runs if key[0] == "ndr@8"]
     assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
     assert runs[("ndr@8", "forward")].model.eval_steps == 8

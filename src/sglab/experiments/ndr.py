@@ -423,11 +423,12 @@ class NDRCTL(NDRExperiment):
         # gate-less baselines 4 heads, 7 layers, 1.5k steps; gated models 14 steps as in the
         # thesis, 4 heads, the App. E copy-gated FFN (GELU, residual: leaves the plateau
         # 2-3x sooner than Eq. 5.2 at this size), 3k steps (+ rel + gate, + abs/rel + gate),
-        # the NDR 6k forward / 12k backward (the backward readout -- <E> must find the
-        # leftmost function at a length-dependent distance -- is learned last); depth
+        # the NDR 6k forward / 16k backward (the backward readout -- <E> must find the
+        # leftmost function at a length-dependent distance -- is learned last: a 12k-step
+        # run left the plateau at 6.25k and had test 0.63 at 11k, still rising); depth
         # ablation: 8 steps in training and test, forward.
         "default": ctl_preset(steps=1500, gated_steps=3000, ndr_steps=6000,
-                              ndr_backward_steps=12_000, lstm_steps=2000, lr=2e-3, dropout=0.0,
+                              ndr_backward_steps=16_000, lstm_steps=2000, lr=2e-3, dropout=0.0,
                               seeds=[0], d_model=64, gated_d_model=64, gated_heads=4, batch=64,
                               eval_every=250, train_size=50_000, depth_ablation=[8],
                               ablation_conditions=["forward"], ablation_steps=4000,
