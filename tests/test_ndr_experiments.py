@@ -102,7 +102,7 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     assert {config.task.train_sampling for config in configs} == {"uniform"}
     for condition in ("forward", "backward"):
         ndr = runs[("ndr", condition)]
-        assert ndr.model.n_layers == 14 and ndr.model.eval_steps is None  # 14 / 14, thesis
+        assert ndr.model.n_layers == 14 and ndr.model.eval_steps == 20  # 14 in training
         assert ndr.model.attention == "geometric" and ndr.model.copy_gate
         assert ndr.train.target_metric == "ood_valid/exact_match"
     assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
