@@ -27,9 +27,8 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     root, results = ctl_quick
     ids = [c["id"] for c in results["claims"]]
     assert ids == ["ndr-generalizes-both-directions", "transformers-fail-on-longer",
-                   "rel-gate-forward-only", "abs-rel-gate-both-directions",
-                   "lstm-forward-bilstm-both", "act-is-no-copy-gate", "ndr-needs-depth-4",
-                   "ndr-gates-open-in-order"]
+                   "gate-generalizes-forward", "lstm-forward-bilstm-both",
+                   "act-is-no-copy-gate", "ndr-needs-depth-4", "ndr-gates-open-in-order"]
     assert all(c["evidence"] and c["passed"] in (True, False, None) for c in results["claims"])
     # 13 models (5 with ACT) x 2 directions + the shallow NDR x 2 directions
     assert len(results["runs"]) == 28
@@ -76,6 +75,10 @@ def test_routing_trace_has_one_map_per_step_including_extra_test_steps():
 def test_first_open_steps():
     activity = np.array([[0.1, 0.9, 0.0], [0.7, 0.9, 0.2], [0.2, 0.1, 0.3]])
     assert first_open_steps(activity) == [2, 1, None]
+    # relative: halfway between each column's lowest and highest value; a flat column never opens
+    partial = np.array([[0.03, 0.26, 0.05], [0.04, 0.28, 0.05], [0.25, 0.34, 0.06],
+                        [0.32, 0.44, 0.06]])
+    assert first_open_steps(partial, threshold=None) == [3, 4, None]
 
 
 @pytest.mark.parametrize("name", ["ndr-arithmetic", "ndr-listops"])
@@ -88,3 +91,42 @@ def test_depth_experiments_build_valid_grids(name):
         assert len(configs) == 6 * len(experiment.preset(preset)["seeds"])
         assert ("transformer", "geometric", "none") in models
         assert all(c.train.target_metric == "ood_valid/exact_match" for c in configs)
+
+
+def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
+    experiment = registry.experiment("ndr-ctl")
+    params = experiment.preset("default")
+    grid = list(experiment._grid(params))
+    configs = experiment.configs(params, [])
+    runs = {(key, condition): config for (key, _, condition, _), config in zip(grid, configs)}
+    assert {config.task.train_sampling for config in configs} == {"uniform"}
+    for condition in ("forward", "backward"):
+        ndr = runs[("ndr", condition)]
+        assert ndr.model.n_layers == 14 and ndr.model.eval_steps == 20  # 14 in training
+        assert ndr.model.attention == "geometric" and ndr.model.copy_gate
+        assert ndr.train.target_metric == "ood_valid/exact_match"
+    assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
+    shallow = [key for key in runs if key[0] == "ndr@8"]
+    assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
+    assert runs[("ndr@8", "forward")].model.eval_steps == 8
+    assert grid[0][0] == grid[1][0] == "ndr"  # the slowest runs start first
+
+
+def test_ctl_paper_preset_carries_table_d3():
+    experiment = registry.experiment("ndr-ctl")
+    params = experiment.preset("paper")
+    runs = {(key, condition): config for (key, _, condition, _), config
+            in zip(experiment._grid(params), experiment.configs(params, []))}
+    ndr = runs[("ndr", "backward")]
+    assert (ndr.model.d_model, ndr.model.n_heads, ndr.model.d_ff, ndr.model.n_layers) == \
+        (256, 1, 512, 14)
+    assert (ndr.model.dropout, ndr.model.attention_dropout, ndr.model.gate_dropout) == \
+        (0.5, 0.1, 0.1)
+    assert (ndr.train.batch_size, ndr.train.lr, ndr.train.steps, ndr.train.weight_decay,
+            ndr.train.grad_clip, ndr.train.betas) == (512, 1.5e-4, 30_000, 0.01, 5.0,
+                                                      (0.9, 0.999))
+    assert ndr.task.train_sampling == "bucketed" and ndr.model.copy_gate_ffn == "relu"
+    assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
+    assert runs[("transformer", "forward")].model.n_layers == 11
+    assert runs[("lstm", "forward")].model.d_model == 200
+    assert runs[("bilstm", "forward")].train.batch_size == 256

@@ -96,14 +96,55 @@ def test_gate_bias_starts_at_minus_three():
 def test_torch_init_keeps_unit_embeddings_and_uses_the_ndr_xavier_bounds():
     """init=torch (the NDR code's): embeddings N(0, 1), so a copying column keeps its token
     identity at the scale of the LayerNorm'd updates; the GPT init would make them 0.02."""
-    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch")
+    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch",
+                    "model.ndr_init=xavier")
     assert 0.9 < model.tok_emb.weight.std().item() < 1.1
     attention, block = model.blocks[0].attn, model.blocks[0]
     assert attention.direction.weight.abs().max() <= (6 / (64 + 2)) ** 0.5
     assert attention.direction.weight.abs().max() > 0.9 * (6 / (64 + 2)) ** 0.5  # not Linear's default
     assert torch.all(block.gate_ffn.out.bias == -3.0)
+    assert torch.all(block.mlp.up.bias == 0)
     _, gpt = _ndr("model.n_layers=2", "model.d_model=64", "model.init=default")
     assert gpt.tok_emb.weight.std().item() < 0.03
+
+
+def test_code_init_keeps_linear_defaults_for_directions_and_ffn_biases():
+    """ndr_init=code: the thesis code re-initializes an unused positional projection, so the
+    directional projection keeps nn.Linear's U(+-1/sqrt(d)); FFN biases keep theirs too."""
+    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.init=torch")
+    attention, block = model.blocks[0].attn, model.blocks[0]
+    bound = 64 ** -0.5
+    assert attention.direction.weight.abs().max() <= bound
+    assert attention.direction.weight.abs().max() > 0.9 * bound
+    assert torch.all(attention.query.bias == 0)
+    xavier = (6 / (64 + attention.head_dim)) ** 0.5  # fan_in d, fan_out d_head
+    assert attention.query.weight.abs().max() <= xavier
+    assert attention.query.weight.abs().max() > 0.9 * xavier  # Xavier, not Linear's default
+    assert block.mlp.up.bias.abs().max() > 0 and block.mlp.up.bias.abs().max() <= bound
+    assert torch.all(block.gate_ffn.out.bias == -3.0)
+
+
+@pytest.mark.parametrize("ffn", ["relu", "gelu_residual"])
+def test_copy_gated_layer_follows_eqs_5_1_to_5_5(ffn):
+    """The layer's order of operations against the equations written out with the block's
+    own weights: post-LN attention (5.1), no residual around the data FFN (5.2; App. E adds
+    one), a d -> d -> d gate FFN on a (5.3), h' = g*u + (1-g)*h (5.4)."""
+    _, model = _ndr("model.n_layers=1", f"model.copy_gate_ffn={ffn}")
+    block = model.blocks[0].eval()
+    h = torch.randn(2, 6, 16)
+    act = torch.nn.functional.gelu if ffn == "gelu_residual" else torch.relu
+    ffn_of = lambda f, x: f.out.weight @ act(f.up.weight @ x + f.up.bias) + f.out.bias  # 5.5
+    layer_norm = lambda ln, x: torch.nn.functional.layer_norm(x, (16,), ln.weight, ln.bias)
+    expected = torch.empty_like(h)
+    attention = block.attn(h, None)
+    for b in range(2):
+        for i in range(6):
+            a = layer_norm(block.ln_1, attention[b, i] + h[b, i])                        # 5.1
+            data = ffn_of(block.mlp, a) + (a if ffn == "gelu_residual" else 0)
+            u = layer_norm(block.ln_2, data)                                             # 5.2
+            g = torch.sigmoid(ffn_of(block.gate_ffn, a))                                 # 5.3
+            expected[b, i] = g * u + (1 - g) * h[b, i]                                   # 5.4
+    assert torch.allclose(block(h, None), expected, atol=1e-5)
 
 
 def test_gate_dropout_of_one_forces_a_copy():

@@ -55,6 +55,56 @@ def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
         assert task.vocab.decode([data.labels[i]]) == [task.symbol_names[symbol]]
 
 
+def _relabel(task, tokens, length):
+    """The answer of one CTL input computed by hand from the tables."""
+    words = task.vocab.decode(tokens[1: length - 1])
+    if task.config.direction == "backward":
+        words = words[::-1]
+    symbol = task.symbol_names.index(words[0])
+    for f in words[1:]:
+        symbol = int(task.tables[task.function_names.index(f), symbol])
+    return task.symbol_names[symbol]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_ctl_fresh_batches_have_uniform_lengths_correct_labels_and_no_held_out_sequence(direction):
+    task = _task("ctl", train_size=2000, direction=direction, train_sampling="uniform")
+    generator = torch.Generator().manual_seed(0)
+    batches = [task.train_batch(500, generator, causal=False) for _ in range(8)]
+    lengths = torch.cat([b.key_padding_mask.sum(1) for b in batches]) - 3  # <B> symbol ... <E>
+    counts = collections.Counter(lengths.tolist())
+    assert set(counts) == {1, 2, 3, 4, 5}
+    assert all(abs(c - 800) < 120 for c in counts.values())  # 4000 draws, 800 expected each
+    held = set(_texts(task, "iid_valid"))
+    for batch in batches[:2]:
+        for row, mask, target in zip(batch.input_ids, batch.key_padding_mask, batch.targets[:, 0]):
+            n = int(mask.sum())
+            assert tuple(row[:n].tolist()) not in held
+            assert task.vocab.decode([int(target)]) == [_relabel(task, row, n)]
+            assert torch.all(row[n:] == 0)  # right padding
+    # the layout is that of the fixed splits: every training sequence of length 1 shows up
+    train_singles = {t for t in _texts(task, "train") if len(t) == 4}
+    fresh_singles = {tuple(b.input_ids[i, :4].tolist()) for b in batches
+                     for i in range(len(b.input_ids)) if int(b.key_padding_mask[i].sum()) == 4}
+    assert fresh_singles == train_singles
+
+
+def test_ctl_bucketed_batches_hold_one_length_in_proportion_to_the_training_set():
+    task = _task("ctl", train_size=2000, train_sampling="bucketed")
+    share = collections.Counter(task.split("train").groups["length"].tolist())
+    generator = torch.Generator().manual_seed(0)
+    seen = collections.Counter()
+    for _ in range(600):
+        batch = task.train_batch(16, generator, causal=False)
+        lengths = set(batch.key_padding_mask.sum(1).tolist())
+        assert len(lengths) == 1  # one length per batch
+        seen[lengths.pop() - 3] += 1  # <B> symbol f1 .. fL <E>
+    total = sum(share.values())
+    assert share[1] == 72  # every single application once
+    for length in (1, 2, 3, 4, 5):  # e.g. 72 / 2000 singles: 22 of 600 batches expected
+        assert abs(seen[length] / 600 - share[length] / total) < 0.04
+
+
 def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_deterministic():
     forward, backward = _task("ctl", train_size=500), _task("ctl", train_size=500,
                                                             direction="backward")

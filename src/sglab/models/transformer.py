@@ -126,6 +126,17 @@ class TransformerConfig(ModelConfig):
         0.03, ge=0, description="alpha of the ponder loss alpha * mean remainder R over the "
                                 "real columns, added to the training loss.")
     act_bias_init: float = Field(1.0, description="Initial bias b_H of the halting unit.")
+    copy_gate_ffn: Literal["relu", "gelu_residual"] = Field(
+        "relu", description="FFNs of the copy-gated layer. relu: Eqs. 5.2 and 5.5; "
+                            "gelu_residual: the modified NDR of thesis App. E -- GELU in both "
+                            "FFNs (Eq. E.1) and a residual around the data FFN, "
+                            "u = LN(FFN_data(a) + a) (Eq. E.2).")
+    ndr_init: Literal["code", "xavier"] = Field(
+        "code", description="With init=torch, the NDR layers' init. code: as the thesis code ends "
+                            "up -- Xavier weights, the directional projection (W_LR, W_RL) and "
+                            "all FFN biases keep PyTorch's default init, the query bias starts "
+                            "at 0; xavier: Xavier for the directional projection too and zero "
+                            "FFN biases.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -280,23 +291,26 @@ class Block(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W2 max(W1 x + b1, 0) + b2 (thesis Eq. 5.5), dropout after the ReLU."""
+    """FFN(x) = W2 max(W1 x + b1, 0) + b2 (thesis Eq. 5.5; GELU instead of ReLU: Eq. E.1),
+    dropout after the activation."""
 
-    def __init__(self, d_in: int, d_hidden: int, dropout: float):
+    def __init__(self, d_in: int, d_hidden: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.up = nn.Linear(d_in, d_hidden)
         self.out = nn.Linear(d_hidden, d_in)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.hidden = HookPoint()
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.out(self.drop(self.hidden(torch.relu(self.up(x)))))
+        return self.out(self.drop(self.hidden(self.act(self.up(x)))))
 
-    def xavier_(self, out_gain: float) -> None:
+    def xavier_(self, out_gain: float, zero_bias: bool = True) -> None:
         nn.init.xavier_uniform_(self.up.weight, gain=math.sqrt(2))  # ReLU
         nn.init.xavier_uniform_(self.out.weight, gain=out_gain)
-        nn.init.zeros_(self.up.bias)
-        nn.init.zeros_(self.out.bias)
+        if zero_bias:  # otherwise the biases keep nn.Linear's default
+            nn.init.zeros_(self.up.bias)
+            nn.init.zeros_(self.out.bias)
 
 
 class CopyGateBlock(nn.Module):
@@ -304,6 +318,8 @@ class CopyGateBlock(nn.Module):
 
     a = LN(MHA(h, H, H) + h)                (5.1)
     u = LN(FFN_data(a))   (or tanh)         (5.2)  -- no residual around the data FFN
+                                                   (u = LN(FFN_data(a) + a) with
+                                                   ``copy_gate_ffn=gelu_residual``, Eq. E.2)
     g = sigmoid(FFN_gate(a))                (5.3)  -- FFN_gate is d -> d -> d
     h' = g * u + (1 - g) * h                (5.4)
 
@@ -316,9 +332,11 @@ class CopyGateBlock(nn.Module):
         d = config.d_model
         self.attn = make_attention(config, rotary)
         self.ln_1 = nn.LayerNorm(d)
-        self.mlp = FeedForward(d, config.d_ff or 4 * d, config.dropout)
+        self.data_residual = config.copy_gate_ffn == "gelu_residual"
+        activation = "gelu" if self.data_residual else "relu"
+        self.mlp = FeedForward(d, config.d_ff or 4 * d, config.dropout, activation)
         self.ln_2 = nn.LayerNorm(d) if config.update_norm == "layernorm" else None
-        self.gate_ffn = FeedForward(d, d, config.dropout)
+        self.gate_ffn = FeedForward(d, d, config.dropout, activation)
         self.gate_dropout = config.gate_dropout
         self.gate_bias_init = config.copy_gate_bias_init
         self.resid_drop = nn.Dropout(config.dropout)
@@ -329,16 +347,16 @@ class CopyGateBlock(nn.Module):
     def reset_gate_bias(self) -> None:
         nn.init.constant_(self.gate_ffn.out.bias, self.gate_bias_init)
 
-    def xavier_(self) -> None:
+    def xavier_(self, zero_bias: bool = True) -> None:
         """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1 (gate)."""
-        self.mlp.xavier_(out_gain=5 / 3)
-        self.gate_ffn.xavier_(out_gain=1.0)
+        self.mlp.xavier_(out_gain=5 / 3, zero_bias=zero_bias)
+        self.gate_ffn.xavier_(out_gain=1.0, zero_bias=zero_bias)
         self.reset_gate_bias()
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         a = self.resid_mid(self.ln_1(x + self.attn_out(self.resid_drop(
             self.attn(x, key_padding_mask)))))                                    # Eq. 5.1
-        u = self.mlp(a)
+        u = self.mlp(a) + a if self.data_residual else self.mlp(a)
         u = self.mlp_out(self.ln_2(u) if self.ln_2 is not None else torch.tanh(u))  # Eq. 5.2
         g = torch.sigmoid(self.gate_ffn(a))                                      # Eq. 5.3
         if self.training and self.gate_dropout > 0:
@@ -366,8 +384,16 @@ def share_weights(module: nn.Module) -> nn.Module:
     return twin
 
 
-def init_ndr_weights(model: nn.Module) -> None:
-    """Xavier-uniform init of geometric attention and copy-gated FFNs (the thesis code's)."""
+def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
+    """Xavier-uniform init of geometric attention and copy-gated FFNs (the thesis code's).
+
+    ``code``: what the thesis code's initialization amounts to. Its attention reset
+    re-initializes a positional projection that geometric attention never uses, so the
+    directional projection (W_LR, W_RL; Eq. 5.9) keeps nn.Linear's default,
+    U(+-1/sqrt(d)) -- 2.3x narrower than Xavier at d = 64 -- and so do all FFN biases;
+    the query bias (a per-head content bias there) starts at 0. ``xavier``: the
+    directional projection gets Xavier bounds as well and FFN biases start at 0.
+    """
     for module in model.modules():
         if isinstance(module, GeometricAttention):
             d, head = module.d_model, module.head_dim
@@ -375,10 +401,13 @@ def init_ndr_weights(model: nn.Module) -> None:
             for linear in (module.query, module.key, module.value):
                 nn.init.uniform_(linear.weight, -bound, bound)
             nn.init.uniform_(module.out.weight, -bound, bound)  # fan_in d_head, fan_out d
-            bound = math.sqrt(6 / (d + 2))  # directions: fan_in d, fan_out 2
-            nn.init.uniform_(module.direction.weight, -bound, bound)
+            if scheme == "xavier":
+                bound = math.sqrt(6 / (d + 2))  # directions: fan_in d, fan_out 2
+                nn.init.uniform_(module.direction.weight, -bound, bound)
+            else:
+                nn.init.zeros_(module.query.bias)
         elif isinstance(module, CopyGateBlock):
-            module.xavier_()
+            module.xavier_(zero_bias=scheme == "xavier")
 
 
 class Transformer(nn.Module):
@@ -414,7 +443,7 @@ class Transformer(nn.Module):
         self.head = None if config.tie_embeddings else nn.Linear(config.d_model, vocab_size, bias=False)
         apply_init(self, config.init, config.init_gamma, config.n_layers)
         if config.init == "torch":
-            init_ndr_weights(self)
+            init_ndr_weights(self, config.ndr_init)
         for block in self.blocks:
             if isinstance(block, CopyGateBlock):
                 block.reset_gate_bias()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
@@ -27,6 +28,7 @@ from sglab.config import TaskConfig
 from sglab.tasks.base import (
     BEGIN,
     END,
+    Batch,
     ClassificationSplit,
     SequenceClassificationTask,
     Vocabulary,
@@ -61,6 +63,14 @@ class CTLConfig(TaskConfig):
                                 "with too few gives its share to the longer lengths (thesis). "
                                 "repeated: every length gets an equal share of uniform draws, "
                                 "short compositions repeat (easy to memorize).")
+    train_sampling: Literal["dataset", "bucketed", "uniform"] = Field(
+        "dataset", description="How training batches are drawn. dataset: uniform draws from the "
+                               "fixed training set, lengths mixed within a batch. bucketed: every "
+                               "batch holds one length, picked with probability proportional to "
+                               "its share of the training set (the thesis code's length-bucketed "
+                               "sampler: same length mix, one length per batch). uniform: every "
+                               "example draws its length uniformly from train_lengths and a fresh "
+                               "random sequence of that length not held out for iid_valid.")
 
     @model_validator(mode="after")
     def _check_lengths(self):
@@ -122,6 +132,11 @@ class CTLTask(SequenceClassificationTask):
             n = min(n_train + passed_on, population - len(held))
             carry += n_train - n
             train.append(self._distinct(rng, length, n, exclude=held))
+        self.held_out = {length: np.sort(sequence_codes(f, s, cfg.n_functions, cfg.n_symbols))
+                         for length, (f, s) in zip(compositions, iid)}
+        self.symbol_ids = torch.tensor(vocab.encode(self.symbol_names))
+        self.function_ids = torch.tensor(vocab.encode(self.function_names))
+        self.boundary_ids = tuple(vocab.encode([BEGIN, END]))
         splits = {"train": self._encode(vocab, train), "iid_valid": self._encode(vocab, iid)}
         for name, (a, b), size in (("ood_valid", cfg.ood_valid_lengths, cfg.ood_valid_size),
                                    ("test", cfg.test_lengths, cfg.test_size)):
@@ -130,6 +145,76 @@ class CTLTask(SequenceClassificationTask):
                      for length, n in zip(lengths, _split_evenly(size, len(lengths)))]
             splits[name] = self._encode(vocab, parts)
         return vocab, splits
+
+    # ------------------------------------------------------------------ training batches
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        sampling = self.config.train_sampling
+        if sampling == "dataset":
+            return super().train_batch(batch_size, generator, causal)
+        if sampling == "bucketed":
+            return self._bucketed_batch(batch_size, generator)
+        return self._fresh_batch(batch_size, generator)
+
+    def _bucketed_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """One length per batch, lengths in proportion to the training set (thesis code:
+        examples sorted by length, cut into batches, the batches shuffled)."""
+        train = self.splits["train"]
+        if not hasattr(self, "_by_length"):
+            lengths = train.groups["length"]
+            self._by_length = [torch.nonzero(lengths == k).flatten()
+                               for k in torch.unique(lengths).tolist()]
+        counts = torch.tensor([len(group) for group in self._by_length], dtype=torch.float)
+        group = self._by_length[int(torch.multinomial(counts, 1, generator=generator))]
+        pick = torch.randint(len(group), (batch_size,), generator=generator)
+        return train.subset(group[pick]).batch()
+
+    def _fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """Lengths uniform over ``train_lengths``; each example a fresh random sequence of
+        its length (never one held out for iid_valid)."""
+        cfg = self.config
+        low, high = cfg.train_lengths
+        lengths = torch.randint(low, high + 1, (batch_size,), generator=generator)
+        width = high + (3 if cfg.boundary_tokens else 1)
+        tokens = torch.zeros(batch_size, width, dtype=torch.long)
+        labels = torch.zeros(batch_size, dtype=torch.long)
+        for length in torch.unique(lengths).tolist():
+            rows = torch.nonzero(lengths == length).flatten()
+            functions, symbols = self._draw_fresh(length, len(rows), generator)
+            tokens[rows, : length + 1 + 2 * cfg.boundary_tokens] = self._token_ids(functions,
+                                                                                  symbols)
+            labels[rows] = self.symbol_ids[torch.from_numpy(self.apply(functions.numpy(),
+                                                                       symbols.numpy()))]
+        split = ClassificationSplit(tokens, lengths + 1 + 2 * cfg.boundary_tokens, labels,
+                                    {"length": lengths})
+        return split.batch()
+
+    def _draw_fresh(self, length: int, n: int, generator: torch.Generator
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """n uniform random (functions, symbol) pairs of one length outside iid_valid."""
+        cfg = self.config
+        held = self.held_out.get(length, np.zeros(0, np.int64))
+        functions = torch.randint(cfg.n_functions, (n, length), generator=generator)
+        symbols = torch.randint(cfg.n_symbols, (n,), generator=generator)
+        while True:
+            codes = sequence_codes(functions.numpy(), symbols.numpy(), cfg.n_functions,
+                                   cfg.n_symbols)
+            bad = torch.from_numpy(np.isin(codes, held))
+            if not bad.any():
+                return functions, symbols
+            k = int(bad.sum())
+            functions[bad] = torch.randint(cfg.n_functions, (k, length), generator=generator)
+            symbols[bad] = torch.randint(cfg.n_symbols, (k,), generator=generator)
+
+    def _token_ids(self, functions: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
+        """Token ids of the inputs, laid out as :meth:`_encode` does."""
+        names = self.function_ids[functions]
+        symbol = self.symbol_ids[symbols][:, None]
+        body = (torch.cat([symbol, names], 1) if self.config.direction == "forward"
+                else torch.cat([names.flip(1), symbol], 1))
+        if not self.config.boundary_tokens:
+            return body
+        begin, end = (torch.full_like(symbol, i) for i in self.boundary_ids)
+        return torch.cat([begin, body, end], 1)
 
     # ------------------------------------------------------------------ generation
     def _sample(self, rng, length: int, n: int, exclude: set[int]) -> tuple[np.ndarray, np.ndarray]:
