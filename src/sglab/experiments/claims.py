@@ -197,31 +197,21 @@ def slope(values: Mapping[str, Any], name: str, over: str | None = None) -> floa
 
 
 @dataclass(frozen=True)
-class AnyOf(Rule):
+class Combined(Rule):
+    """Several rules joined by ``or`` (any holds) or ``and`` (all hold)."""
+
     rules: tuple[Rule, ...]
+    word: str  # "or" | "and"
 
     def names(self) -> list[str]:
         return list(dict.fromkeys(n for r in self.rules for n in r.names()))
 
     def describe(self) -> str:
-        return "(" + " or ".join(r.describe() for r in self.rules) + ")"
+        return "(" + f" {self.word} ".join(r.describe() for r in self.rules) + ")"
 
     def holds_at(self, values, index) -> bool:
-        return any(r.holds_at(values, index) for r in self.rules)
-
-
-@dataclass(frozen=True)
-class AllOf(Rule):
-    rules: tuple[Rule, ...]
-
-    def names(self) -> list[str]:
-        return list(dict.fromkeys(n for r in self.rules for n in r.names()))
-
-    def describe(self) -> str:
-        return "(" + " and ".join(r.describe() for r in self.rules) + ")"
-
-    def holds_at(self, values, index) -> bool:
-        return all(r.holds_at(values, index) for r in self.rules)
+        combine = any if self.word == "or" else all
+        return combine(r.holds_at(values, index) for r in self.rules)
 
 
 def at_least(name: str, other: str | float, margin: float = 0.0) -> Rule:
@@ -257,11 +247,11 @@ def slope_negative(name: str, over: str | None = None) -> Rule:
 
 
 def any_of(*rules: Rule) -> Rule:
-    return AnyOf(tuple(rules))
+    return Combined(tuple(rules), "or")
 
 
 def all_of(*rules: Rule) -> Rule:
-    return AllOf(tuple(rules))
+    return Combined(tuple(rules), "and")
 
 
 def render_rules(rules: Sequence[Rule], values: Mapping[str, Any]) -> str:
