@@ -9,8 +9,13 @@ import torch
 from sglab import registry
 from sglab.analysis.routing import active_steps, gate_activity, max_over_heads, routing_trace
 from sglab.config import build_run_config
+from sglab.errors import SglabError
 from sglab.experiments import run_experiment
-from sglab.experiments.ndr import first_open_steps
+from sglab.experiments.ndr_routing import (
+    RoutingProbe,
+    first_open_steps,
+    gates_open_in_order_claim,
+)
 from sglab.models import build_model
 from sglab.store import read_metrics
 
@@ -41,6 +46,8 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     html = (root / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64") >= 3  # curves, attention, gates
     assert json.loads((root / "out" / "results.json").read_text())["claims"] == results["claims"]
+    labels = {(entry["model"], entry["direction"]) for entry in results["labels"]}
+    assert ("NDR", "backward") in labels and ("NDR, 4 steps", "forward") in labels
 
 
 def test_selected_checkpoint_is_the_best_ood_validation_record(ctl_quick):
@@ -96,9 +103,10 @@ def test_depth_experiments_build_valid_grids(name):
 def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     experiment = registry.experiment("ndr-ctl")
     params = experiment.preset("default")
-    grid = list(experiment._grid(params))
+    arms = experiment.arms(params)
     configs = experiment.configs(params, [])
-    runs = {(key, condition): config for (key, _, condition, _), config in zip(grid, configs)}
+    runs = {(arm.labels["variant"], arm.labels["direction"]): config
+            for arm, config in zip(arms, configs)}
     assert {config.task.train_sampling for config in configs} == {"uniform"}
     for condition in ("forward", "backward"):
         ndr = runs[("ndr", condition)]
@@ -109,14 +117,16 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     shallow = [key for key in runs if key[0] == "ndr@8"]
     assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
     assert runs[("ndr@8", "forward")].model.eval_steps == 8
-    assert grid[0][0] == grid[1][0] == "ndr"  # the slowest runs start first
+    assert [arm.labels["model"] for arm in arms[:2]] == ["NDR", "NDR"]  # slowest start first
+    assert arms[-1].labels == {"variant": "ndr@8", "model": "NDR, 8 steps",
+                               "direction": "forward"}
 
 
 def test_ctl_paper_preset_carries_table_d3():
     experiment = registry.experiment("ndr-ctl")
     params = experiment.preset("paper")
-    runs = {(key, condition): config for (key, _, condition, _), config
-            in zip(experiment._grid(params), experiment.configs(params, []))}
+    runs = {(arm.labels["variant"], arm.labels["direction"]): config
+            for arm, config in zip(experiment.arms(params), experiment.configs(params, []))}
     ndr = runs[("ndr", "backward")]
     assert (ndr.model.d_model, ndr.model.n_heads, ndr.model.d_ff, ndr.model.n_layers) == \
         (256, 1, 512, 14)
@@ -130,3 +140,35 @@ def test_ctl_paper_preset_carries_table_d3():
     assert runs[("transformer", "forward")].model.n_layers == 11
     assert runs[("lstm", "forward")].model.d_model == 200
     assert runs[("bilstm", "forward")].train.batch_size == 256
+
+
+def _probe(gates):
+    tokens = ["<B>", "a", "b", "c", "d", "101", "<E>"]
+    return RoutingProbe(tokens, "011", "011", np.zeros((6, 1, 7, 7)),
+                        None if gates is None else np.asarray(gates, dtype=float))
+
+
+def test_gate_order_claim_reads_the_measured_gates():
+    # backward CTL: the function next to the symbol (column 4) opens first, then leftwards
+    staircase = np.full((6, 7), 0.1)
+    for column, step in {4: 1, 3: 2, 2: 3, 1: 4}.items():
+        staircase[step:, column] = 0.9
+    passed = gates_open_in_order_claim(_probe(staircase))
+    assert passed.passed is True
+    assert "Spearman ρ(position, step) -1" in passed.evidence
+    assert "fraction of function columns that open 1" in passed.evidence
+    wrong_way = gates_open_in_order_claim(_probe(staircase[:, [0, 4, 3, 2, 1, 5, 6]]))
+    assert wrong_way.passed is False
+    unmeasured = gates_open_in_order_claim(_probe(None))
+    assert unmeasured.passed is None and unmeasured.evidence.startswith("not measurable")
+
+
+def test_arms_label_every_run_and_grid_axes_reject_overrides():
+    experiment = registry.experiment("ndr-arithmetic")
+    arms = experiment.arms(experiment.preset("quick"))
+    assert [arm.labels["model"] for arm in arms] == [
+        "NDR", "Transformer", "+ rel", "+ abs/rel + gate", "LSTM", "BiLSTM"]
+    assert {arm.labels["condition"] for arm in arms} == {"all"}
+    ctl = registry.experiment("ndr-ctl")
+    with pytest.raises(SglabError, match="'task.direction' is a grid axis"):
+        ctl.configs(ctl.preset("quick"), ["task.direction=forward"])

@@ -73,6 +73,18 @@ def test_runset_filters_groups_and_summarizes(tmp_path):
     assert runs.label_values("removed") == ["{}", "{0}"]
 
 
+def test_group_means_read_the_final_or_a_chosen_record(tmp_path):
+    runs = RunSet([_finished({"pe": "NoPE"}, seed, 0.5, tmp_path) for seed in (0, 1)])
+    for run, (short, long) in zip(runs, [(1.0, 0.2), (0.8, 0.4)]):
+        run.summary["final"].update({"test/exact_match/length=12": long,
+                                     "test/exact_match/length=3": short})
+    assert runs.group_means("test/exact_match/length=") == pytest.approx({3: 0.9, 12: 0.3})
+    assert list(runs.group_means("test/exact_match/length=")) == [3, 12]  # numeric order
+    chosen = runs.group_means("test/exact_match/length=",
+                              record=lambda run: {"test/exact_match/length=3": run.seed})
+    assert chosen == pytest.approx({3: 0.5})
+
+
 def test_finished_run_reads_metrics_lazily_with_training_loss_records(tmp_path):
     run = _finished({"pe": "NoPE"}, 0, 0.5, tmp_path)
     assert run.curve("test/exact_match") == ([10], [0.5])

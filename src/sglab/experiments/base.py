@@ -6,9 +6,6 @@ to hold; ``paper``: the publication's sizes, for a GPU), turns a preset into
 labelled runs (:meth:`Experiment.arms`), and turns the finished runs (a
 :class:`~sglab.experiments.runs.RunSet`) into claims, tables and figures. It holds
 no training code: runs go through the sweep runner and the Trainer.
-
-Experiments not yet on labelled runs implement ``configs`` and the older
-``analyze(params, configs, summaries, runs_dir, out_dir)`` instead of ``arms``.
 """
 
 from __future__ import annotations
@@ -44,10 +41,6 @@ class Experiment:
             params["seeds"] = list(range(seeds))
         return params
 
-    @property
-    def uses_arms(self) -> bool:
-        return type(self).arms is not Experiment.arms
-
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """Every run of the preset, labelled with its role."""
         raise NotImplementedError
@@ -56,8 +49,8 @@ class Experiment:
         """Every run of the preset (validated); user overrides on a grid axis are errors."""
         return build_arm_configs(self.name, self.arms(params), overrides)
 
-    def analyze(self, params: dict[str, Any], *args: Any) -> dict[str, Any]:
-        """``analyze(params, runs: RunSet, out_dir)`` -> {"claims": [...], "sections": [...]}."""
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        """The finished runs -> {"claims": [...], "sections": [...]}."""
         raise NotImplementedError
 
     def base_config(self, preset: str) -> dict[str, Any]:
@@ -66,12 +59,8 @@ class Experiment:
         params = self.preset(preset)
         if "base" in params:
             return copy.deepcopy(params["base"])
-        if self.uses_arms:
-            first = self.arms(params)[0]
-            return apply_overrides(first.base, dict(first.overrides))
-        data = self.configs(params, [])[0].to_dict()
-        data.pop("seed", None)
-        return data
+        first = self.arms(params)[0]
+        return apply_overrides(first.base, dict(first.overrides))
 
 
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
@@ -81,11 +70,8 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
     started = time.perf_counter()
     params = experiment.preset(preset, seeds)
-    arms = experiment.arms(params) if experiment.uses_arms else None
-    if arms is not None:
-        configs = build_arm_configs(experiment.name, arms, list(overrides or []))
-    else:
-        configs = experiment.configs(params, list(overrides or []))
+    arms = experiment.arms(params)
+    configs = build_arm_configs(experiment.name, arms, list(overrides or []))
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     summaries = run_configs(configs, runs_dir, workers=workers, threads=threads,
                             tag=f"{experiment.name}/{preset}", quiet=params.get("quiet", False),
@@ -96,11 +82,8 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                          f"{failed[0].get('error', 'unknown error')}. Fix the cause and rerun; "
                          "finished runs are reused.")
     printer(f"{experiment.name}: analyzing {len(summaries)} runs")
-    if arms is not None:
-        runs = finished_runs(arms, configs, summaries, runs_dir)
-        analysis = experiment.analyze(params, runs, out_dir)
-    else:
-        analysis = experiment.analyze(params, configs, summaries, runs_dir, out_dir)
+    analysis = experiment.analyze(params, finished_runs(arms, configs, summaries, runs_dir),
+                                  out_dir)
     claims = [c.to_dict() for c in analysis["claims"]]
     results = {
         "experiment": experiment.name, "title": experiment.title, "preset": preset,
@@ -108,10 +91,9 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         "sections": analysis.get("sections", []), "runs": [s["run_id"] for s in summaries],
         "params": params, "seconds": round(time.perf_counter() - started, 1),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "labels": [{"run_id": s["run_id"], "seed": c.seed, **arm.labels}
+                   for arm, c, s in zip(arms, configs, summaries)],
     }
-    if arms is not None:
-        results["labels"] = [{"run_id": s["run_id"], "seed": c.seed, **arm.labels}
-                             for arm, c, s in zip(arms, configs, summaries)]
     path = write_report(results, out_dir)
     for claim in claims:
         word = {True: "PASS", False: "FAIL"}.get(claim["passed"], "N/A")

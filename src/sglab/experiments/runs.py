@@ -221,13 +221,16 @@ class RunSet(Sequence[FinishedRun]):
         values = self.values(metric)
         return statistics.mean(values) if values else float("nan")
 
-    def group_means(self, prefix: str) -> dict[int | str, float]:
+    def group_means(self, prefix: str,
+                    record: Callable[[FinishedRun], dict[str, Any]] | None = None
+                    ) -> dict[int | str, float]:
         """Mean over runs of every final metric ``<prefix><group>`` (a per-group breakdown
         such as ``test/exact_match/target_length=``), keyed by group (ints where they are),
-        numeric groups first in order."""
+        numeric groups first in order. ``record``: read another evaluation record of each
+        run instead of its final one (e.g. the one at a selected checkpoint)."""
         groups: dict[int | str, list[float]] = {}
         for run in self._runs:
-            for key, value in run.final.items():
+            for key, value in (run.final if record is None else record(run)).items():
                 if key.startswith(prefix):
                     group = key[len(prefix):]
                     number = group.lstrip("-").isdigit()

@@ -124,11 +124,13 @@ def heatmap_grid(out_dir: Path, name: str, cells: Sequence[Sequence[tuple[str, A
                  vmax: float | None = None, cmap: str = "viridis", symmetric: bool = False,
                  colorbar: bool = True, cell_size: float = 3.2,
                  ticklabels: Sequence[str] | None = None, xlabel: str = "",
-                 ylabel: str = "") -> dict[str, str]:
+                 ylabel: str = "", xticklabels: Sequence[str] | None = None,
+                 yticklabels: Sequence[str] | None = None) -> dict[str, str]:
     """Rows x columns of matrices (correlations, attention maps, gates, weights), each
     a (title, matrix); empty cells are left blank. ``symmetric`` centres the colour
     scale on 0; ``ticklabels`` names the rows and columns (e.g. tokens of an attention
-    map)."""
+    map); ``xticklabels`` / ``yticklabels`` name them separately (x labels turned vertical, e.g.
+    tokens by step)."""
     nrows, ncols = len(cells), max(len(row) for row in cells)
     fig, axes = new_figure(cell_size * ncols + (0.6 if colorbar else 0), cell_size * nrows,
                            ncols=ncols, nrows=nrows)
@@ -146,9 +148,11 @@ def heatmap_grid(out_dir: Path, name: str, cells: Sequence[Sequence[tuple[str, A
                 low, high = -limit, limit
             image = ax.imshow(matrix, vmin=low, vmax=high, cmap=cmap, interpolation="nearest")
             ax.set_title(panel_title, fontsize=9)
-            ticks = list(ticklabels or [])
-            ax.set_xticks(range(len(ticks)), ticks, fontsize=6)
-            ax.set_yticks(range(len(ticks)), ticks, fontsize=6)
+            xticks = list(xticklabels or ticklabels or [])
+            yticks = list(yticklabels or ticklabels or [])
+            ax.set_xticks(range(len(xticks)), xticks, fontsize=6,
+                          rotation=0 if xticklabels is None else 90)
+            ax.set_yticks(range(len(yticks)), yticks, fontsize=6)
             ax.set_xlabel(xlabel, fontsize=7)
             ax.set_ylabel(ylabel, fontsize=7)
             if colorbar:
