@@ -53,6 +53,16 @@ class Vocabulary:
         return [self.tokens[int(i)] for i in ids]
 
 
+def trimmed_rows(tokens: torch.Tensor, lengths: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of a right-padded tensor, cut to the longest of their ``lengths``."""
+    selected = lengths[index]
+    return tokens[index, : int(selected.max()) if len(selected) else 0]
+
+
+def selected_groups(groups: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {name: labels[index] for name, labels in groups.items()}
+
+
 @dataclass
 class SequenceSplit:
     """Examples of one split as a right-padded tensor.
@@ -71,14 +81,8 @@ class SequenceSplit:
         return self.tokens.shape[0]
 
     def subset(self, index: torch.Tensor) -> SequenceSplit:
-        lengths = self.lengths[index]
-        width = int(lengths.max()) if len(lengths) else 0
-        return SequenceSplit(
-            self.tokens[index, :width],
-            lengths,
-            self.prompt_lengths[index],
-            {k: v[index] for k, v in self.groups.items()},
-        )
+        return SequenceSplit(trimmed_rows(self.tokens, self.lengths, index), self.lengths[index],
+                             self.prompt_lengths[index], selected_groups(self.groups, index))
 
 
 @dataclass
@@ -324,10 +328,9 @@ class ClassificationSplit:
         return self.tokens.shape[0]
 
     def subset(self, index: torch.Tensor) -> ClassificationSplit:
-        lengths = self.lengths[index]
-        width = int(lengths.max()) if len(lengths) else 0
-        return ClassificationSplit(self.tokens[index, :width], lengths, self.labels[index],
-                                   {k: v[index] for k, v in self.groups.items()})
+        return ClassificationSplit(trimmed_rows(self.tokens, self.lengths, index),
+                                   self.lengths[index], self.labels[index],
+                                   selected_groups(self.groups, index))
 
     def batch(self) -> Batch:
         """Inputs with a padding mask; the target sits in a single readout slot."""

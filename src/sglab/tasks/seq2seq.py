@@ -34,7 +34,15 @@ from pydantic import Field
 
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import IGNORE, Batch, SplitsTask, Vocabulary, target_loss
+from sglab.tasks.base import (
+    IGNORE,
+    Batch,
+    SplitsTask,
+    Vocabulary,
+    selected_groups,
+    target_loss,
+    trimmed_rows,
+)
 
 EOS = "<eos>"
 
@@ -53,11 +61,10 @@ class PairSplit:
         return self.source.shape[0]
 
     def subset(self, index: torch.Tensor) -> PairSplit:
-        source_lengths, target_lengths = self.source_lengths[index], self.target_lengths[index]
         return PairSplit(
-            self.source[index, : int(source_lengths.max())], source_lengths,
-            self.target[index, : int(target_lengths.max())], target_lengths,
-            {k: v[index] for k, v in self.groups.items()},
+            trimmed_rows(self.source, self.source_lengths, index), self.source_lengths[index],
+            trimmed_rows(self.target, self.target_lengths, index), self.target_lengths[index],
+            selected_groups(self.groups, index),
         )
 
 
