@@ -1,3 +1,5 @@
+import textwrap
+
 import pytest
 import torch
 
@@ -26,3 +28,21 @@ def tiny_model(*overrides: str, seed: int = 0):
     task = build_task(config.task)
     torch.manual_seed(seed)
     return task, build_model(config.model, len(task.vocab), task.max_length)
+
+
+def trainer_paused_at(eval_step: int, seconds: int) -> str:
+    """Source of a script that trains the config of its command line (runs dir, then
+    overrides) and sleeps for ``seconds`` once evaluation ``eval_step`` is printed, so a
+    test can kill it or race it there."""
+    return textwrap.dedent(f"""
+        import sys, time, torch
+        torch.set_num_threads(1)
+        from sglab.config import build_run_config
+        from sglab.train import Trainer
+        config = build_run_config({{}}, sys.argv[2:])
+        def printer(line):
+            print(line, flush=True)
+            if "eval @ {eval_step}" in line:
+                time.sleep({seconds})
+        Trainer(config, sys.argv[1], printer=printer).run()
+    """)

@@ -2,7 +2,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -11,24 +10,14 @@ from sglab.config import build_run_config
 from sglab.errors import RunBusyError
 from sglab.train import Trainer
 from sglab.train.lock import RunLock
+from tests.conftest import trainer_paused_at
 
 OVERRIDES = ["task.train_size=500", "task.test_size=200", "model.n_layers=1", "model.n_heads=2",
              "model.d_model=16", "train.steps=40", "train.batch_size=16", "train.eval_interval=10",
              "train.checkpoint_interval=10", "train.log_interval=10", "train.warmup_steps=5",
              "train.threads=1"]
 
-_HOLDER = textwrap.dedent("""
-    import sys, time, torch
-    torch.set_num_threads(1)
-    from sglab.config import build_run_config
-    from sglab.train import Trainer
-    config = build_run_config({}, sys.argv[2:])
-    def printer(line):
-        print(line, flush=True)
-        if "eval @ 20" in line:
-            time.sleep(120)  # hold the run until killed
-    Trainer(config, sys.argv[1], printer=printer).run()
-""")
+_HOLDER = trainer_paused_at(20, 120)  # held there until killed
 
 
 def test_second_launch_of_a_running_config_exits_2_naming_the_holder(tmp_path, capsys):

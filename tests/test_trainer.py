@@ -3,7 +3,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -15,7 +14,7 @@ from sglab.errors import SglabError
 from sglab.store import RunStore, read_metrics
 from sglab.train import Trainer
 from sglab.train.loop import learning_rate
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, trainer_paused_at
 
 
 def _weights(run_dir):
@@ -51,18 +50,7 @@ def test_same_config_and_seed_give_identical_weights(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-_KILLABLE = textwrap.dedent("""
-    import sys, time, torch
-    torch.set_num_threads(1)
-    from sglab.config import build_run_config
-    from sglab.train import Trainer
-    config = build_run_config({}, sys.argv[2:])
-    def printer(line):
-        print(line, flush=True)
-        if "eval @ 40" in line:
-            time.sleep(60)  # wait here to be killed
-    Trainer(config, sys.argv[1], printer=printer).run()
-""")
+_KILLABLE = trainer_paused_at(40, 60)  # held there until killed
 
 
 def test_resume_after_sigkill_is_bit_identical(tmp_path):
