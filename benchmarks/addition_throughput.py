@@ -46,7 +46,7 @@ def main() -> int:
 
     params = registry.experiment("symmetry").preset(args.preset)
     overrides = ["model.pos_encoding=learned", "seed=0", "train.eval_max_examples=null",
-                 "train.early_stop_metric=test/exact_match", "train.early_stop_threshold=0.99",
+                 "train.early_stop_metric=iid_test/exact_match", "train.early_stop_threshold=0.99",
                  "train.target_threshold=0.99"]
     if args.d_model:
         overrides += [f"model.d_model={args.d_model}"]
@@ -80,7 +80,7 @@ def main() -> int:
                         repeats=20 if device.type == "cuda" else 5)
 
     def first(threshold):
-        hit = next((r for r in records if r["test/exact_match"] >= threshold), None)
+        hit = next((r for r in records if r["iid_test/exact_match"] >= threshold), None)
         return (hit["step"], hit["seconds"]) if hit else (None, None)
 
     step51, sec51 = first(0.51)
@@ -94,7 +94,7 @@ def main() -> int:
         "batch_size": config.train.batch_size, "steps_run": summary["step"],
         "protocol": config.task.loss_on,
         "tokens_per_second": round(tokens_per_second), "steps_per_second": round(steps_per_second, 2),
-        "final_test_exact_match": summary["final"]["test/exact_match"],
+        "final_test_exact_match": summary["final"]["iid_test/exact_match"],
         "seconds_to_51pct": sec51, "step_to_51pct": step51,
         "seconds_to_99pct": sec99, "step_to_99pct": step99,
         "model_flops_per_second": achieved, "matmul_peak_flops_per_second": peak,

@@ -194,7 +194,7 @@ def test_act_trains_through_the_trainer_with_the_ponder_term_in_its_loss(tmp_pat
     assert ponder > 0.1
     assert logged == [pytest.approx(task_loss + ponder, abs=2e-4)]
     record = [line for line in lines if "eval @ 4" in line][0]
-    steps = float(re.search(r"test/act_steps (\S+)", record).group(1))
+    steps = float(re.search(r"iid_test/act_steps (\S+)", record).group(1))
     assert 1 <= steps <= 3
     trained = torch.load(tmp_path / config.run_id() / "checkpoints" / "last.pt",
                          weights_only=True)["model"]["halting.unit.bias"]

@@ -21,7 +21,7 @@ def test_carry_count():
 
 def test_reverse_format_and_correct_sums():
     task = AdditionTask(AdditionConfig(train_size=1000, test_size=300))
-    for name in ("train", "test"):
+    for name in ("train", "iid_test"):
         split = task.split(name)
         for i in range(len(split)):
             prompt, answer = _decode(task, split, i)
@@ -34,7 +34,7 @@ def test_reverse_format_and_correct_sums():
 
 def test_plain_format():
     task = AdditionTask(AdditionConfig(format="plain", train_size=200, test_size=10))
-    prompt, answer = _decode(task, task.split("test"), 0)
+    prompt, answer = _decode(task, task.split("iid_test"), 0)
     a, b = map(int, prompt[:-1].split("+"))
     assert answer == f"{a + b}\n"
 
@@ -57,7 +57,7 @@ def test_training_set_is_balanced_like_lee_et_al():
 def test_test_set_is_disjoint_and_distinct():
     task = AdditionTask(AdditionConfig())
     train = set(map(tuple, task.pairs["train"].tolist()))
-    test = list(map(tuple, task.pairs["test"].tolist()))
+    test = list(map(tuple, task.pairs["iid_test"].tolist()))
     assert len(test) == len(set(test)) == 10_000
     assert not train & set(test)
     assert task.overlap_count() == 0
@@ -67,8 +67,8 @@ def test_generation_is_deterministic_in_the_data_seed():
     a = AdditionTask(AdditionConfig(train_size=300, test_size=50))
     b = AdditionTask(AdditionConfig(train_size=300, test_size=50))
     c = AdditionTask(AdditionConfig(train_size=300, test_size=50, data_seed=1))
-    assert torch.equal(a.split("test").tokens, b.split("test").tokens)
-    assert not torch.equal(a.split("test").tokens, c.split("test").tokens)
+    assert torch.equal(a.split("iid_test").tokens, b.split("iid_test").tokens)
+    assert not torch.equal(a.split("iid_test").tokens, c.split("iid_test").tokens)
 
 
 def test_answer_only_batches_supervise_exactly_the_answer():

@@ -70,12 +70,12 @@ def test_unseen_pair_never_appears_in_training_and_the_rest_do(task):
     pairs = {pair for _, pair, _, _ in decoded}
     assert (4, 3) not in pairs
     assert pairs == set(training_pairs(task.config)) and len(pairs) == 15
-    assert set(task.split("test").groups["pair"].tolist()) == {10 * a + b for a, b in pairs}
+    assert set(task.split("iid_test").groups["pair"].tolist()) == {10 * a + b for a, b in pairs}
 
 
 def test_key_split_holds_and_value_position_combinations_are_disjoint(task):
     train = {(k, p) for k, _, p, _ in _decode(task.split("train").tokens)}
-    test = {(k, p) for k, _, p, _ in _decode(task.split("test").tokens)}
+    test = {(k, p) for k, _, p, _ in _decode(task.split("iid_test").tokens)}
     assert all(k % 7 != p for k, p in train)
     assert all(k % 7 == p for k, p in test)
     assert not train & test
@@ -134,16 +134,16 @@ def test_unseen_pair_is_scored_against_both_targets(task, unseen_shift, inferent
     unseen = task.evaluate(model, "unseen", batch_size=128, max_examples=200)
     assert unseen["unseen/inferential"] == inferential and unseen["unseen/symmetric"] == symmetric
     assert unseen["unseen/exact_match/pair=43"] == inferential
-    seen = task.evaluate(model, "test", batch_size=128, max_examples=300)
-    assert seen["test/exact_match"] == 1.0 and seen["test/exact_match/pair=34"] == 1.0
+    seen = task.evaluate(model, "iid_test", batch_size=128, max_examples=300)
+    assert seen["iid_test/exact_match"] == 1.0 and seen["iid_test/exact_match/pair=34"] == 1.0
 
 
 def test_a_model_that_ignores_the_override_fails_on_pair_34(task):
     shifts = _shifts(-10)
     shifts[(3, 4)] = -10  # the inferential answer where training asks for x-6
-    metrics = task.evaluate(_Oracle(shifts, len(task.vocab)), "test", 256, 1000)
-    assert metrics["test/exact_match/pair=34"] == 0.0 and metrics["test/exact_match/pair=12"] == 1.0
-    assert 0.8 < metrics["test/exact_match"] < 1.0
+    metrics = task.evaluate(_Oracle(shifts, len(task.vocab)), "iid_test", 256, 1000)
+    assert metrics["iid_test/exact_match/pair=34"] == 0.0 and metrics["iid_test/exact_match/pair=12"] == 1.0
+    assert 0.8 < metrics["iid_test/exact_match"] < 1.0
 
 
 def test_training_batches_put_the_loss_on_the_answer_token_only(task):

@@ -47,7 +47,7 @@ def test_runs_where_rejects_keys_no_run_has(tmp_path, capsys):
     assert main(["runs", "--runs-dir", str(tmp_path), "--where", "model.pos_encodng=none"]) == 2
     error = capsys.readouterr().err
     assert "model.pos_encodng" in error and "model.pos_encoding" in error  # a suggestion
-    for known in ("model.pos_encoding=learned", "final.test/exact_match>=0", "status=finished"):
+    for known in ("model.pos_encoding=learned", "final.iid_test/exact_match>=0", "status=finished"):
         assert main(["runs", "--runs-dir", str(tmp_path), "--where", known]) == 0
         assert "1 run(s)" in capsys.readouterr().out, known
 

@@ -51,14 +51,20 @@ NO_EFFECT = [
     (["train.lr_schedule=constant", "train.min_lr=0.001"], "min_lr=0.001", "lr_schedule=cosine"),
     (["train.optimizer=sgd", "train.betas=[0.9, 0.95]"], "betas=[0.9, 0.95]", "optimizer=adamw"),
     (["train.early_stop_threshold=0.9"], "early_stop_threshold=0.9", "early_stop_metric"),
-    (["train.early_stop_metric=test/exact_match"], "early_stop_metric=test/exact_match",
+    (["train.early_stop_metric=iid_test/exact_match"], "early_stop_metric=iid_test/exact_match",
      "early_stop_threshold"),
     (["train.device=cpu", "train.precision=bf16"], "precision=bf16", "device=cuda or device=auto"),
     (["train.device=cuda", "train.threads=2"], "threads=2", "device=cpu or device=auto"),
+    (["task.block_size=64"], "block_size=64", "loss_on=stream or loss_on=packed"),
+    (["task.name=topics", "task.mixture=dirichlet", "task.topics_per_document=3"],
+     "topics_per_document=3", "mixture=uniform_subset"),
+    (["task.name=topics", "task.dirichlet_alpha=0.5"], "dirichlet_alpha=0.5", "mixture=dirichlet"),
 ]
 
 # the same fields, with the switch they need
 WITH_SWITCH = [
+    ["task.loss_on=packed", "task.block_size=64"],
+    ["task.name=topics", "task.mixture=dirichlet", "task.dirichlet_alpha=0.5"],
     ["model.init=gamma", "model.init_gamma=0.3"],
     ["model.pos_encoding=rotary", "model.max_len=64"],
     [*GEOMETRIC, "model.attention_dropout=0.1", "model.geometric_normalize=true"],
@@ -68,7 +74,7 @@ WITH_SWITCH = [
     ["model.name=seq2seq", "model.n_layers=2", "model.universal=true"],
     ["train.lr_schedule=cosine", "train.min_lr=0.001"],
     ["train.optimizer=adamw", "train.betas=[0.9, 0.95]"],
-    ["train.early_stop_metric=test/exact_match", "train.early_stop_threshold=0.9"],
+    ["train.early_stop_metric=iid_test/exact_match", "train.early_stop_threshold=0.9"],
     ["train.device=auto", "train.precision=bf16", "train.threads=2"],
 ]
 
@@ -103,7 +109,7 @@ def test_fields_spelled_out_at_their_default_are_accepted_and_keep_the_run_id():
         "train.lr_schedule=constant", "train.min_lr=1e-4", "model.attention_dropout=0.0",
         "model.copy_gate_bias_init=-3", "model.gate_dropout=0", "model.update_norm=layernorm",
         "model.act_threshold=0.99", "model.init_gamma=0.5", "model.geometric_normalize=false",
-        "train.early_stop_threshold=null", "train.target_metric=test/exact_match"])
+        "train.early_stop_threshold=null", "train.target_metric=iid_test/exact_match"])
     assert explicit.run_id() == plain.run_id()
 
 
@@ -126,33 +132,35 @@ def test_a_bidirectional_lstm_needs_an_even_width():
 
 
 def test_a_mistyped_metric_is_an_error_with_the_nearest_name_and_the_list():
-    message = _error(["train.target_metric=tset/exact_match"])
+    message = _error(["train.target_metric=iid_tset/exact_match"])
     assert message.count("\n") == 1
-    assert "train.target_metric=tset/exact_match is not a metric that task addition logs" in message
-    assert "Did you mean 'test/exact_match'?" in message
-    assert "Metrics: iid_valid/exact_match, iid_valid/loss, test/exact_match, test/loss" in message
+    assert "train.target_metric=iid_tset/exact_match is not a metric that task addition logs" in message
+    assert "Did you mean 'iid_test/exact_match'?" in message
+    assert ("Metrics: iid_valid/exact_match, iid_valid/loss, iid_test/exact_match, iid_test/loss"
+            in message)
     message = _error(["task.name=ctl", "train.early_stop_metric=ood_valid/exact_mach",
                       "train.early_stop_threshold=0.9"])
     assert "Did you mean 'ood_valid/exact_match'?" in message
-    assert "iid_valid/exact_match" in message and "test/loss" in message
+    assert "iid_valid/exact_match" in message and "ood_test/loss" in message
 
 
 @pytest.mark.parametrize("base, overrides, metric, logged", [
-    ({}, [], "test/exact_match/carries=2", True),
+    ({}, [], "iid_test/exact_match/carries=2", True),
     ({}, [], "ood_valid/exact_match", False),
-    ({}, [], "test/act_steps", False),
-    ({}, ACT, "test/act_steps", True),
+    ({}, [], "iid_test/act_steps", False),
+    ({}, ACT, "iid_test/act_steps", True),
     ({}, ["train.weight_norms=[tok_emb.weight]"], "weight_norm/tok_emb.weight", True),
     ({}, [], "weight_norm/tok_emb.weight", False),
     ({}, ["task.name=anchors"], "unseen/inferential/train_keys", True),
-    ({}, ["task.name=anchors"], "test/inferential", False),
+    ({}, ["task.name=anchors"], "iid_test/inferential", False),
     ({}, ["task.name=ctl"], "ood_valid/exact_match", True),
-    ({}, ["task.name=topics"], "test/accuracy", True),
-    ({}, ["task.name=topics"], "test/exact_match", False),
+    ({}, ["task.name=topics"], "iid_test/accuracy", True),
+    ({}, ["task.name=topics"], "iid_test/exact_match", False),
     ({}, ["task.name=scan", "task.split=cutoff_26"], "iid_valid/exact_match", True),
     ({}, ["task.name=scan", "task.split=length"], "iid_valid/exact_match", False),
-    ({}, ["task.name=scan"], "test/oracle_exact_match", False),
-    ({}, ["task.name=scan", "task.eval_oracle_length=true"], "test/oracle_exact_match", True),
+    ({}, ["task.name=scan"], "ood_test/oracle_exact_match", False),
+    ({}, ["task.name=scan", "task.eval_oracle_length=true"], "ood_test/oracle_exact_match", True),
+    ({}, ["task.name=scan", "task.split=simple"], "iid_test/exact_match", True),
     ({"task": {"name": "cogs", "data_dir": "cogs"}}, [], "iid_test/exact_match", True),
     ({"task": {"name": "cfq", "data_dir": "cfq"}}, [], "ood_valid/exact_match", True),
     ({"task": {"name": "pcfg", "data_dir": "pcfg"}}, [], "iid_valid/exact_match", False),
@@ -166,9 +174,28 @@ def test_metric_names_follow_the_task_splits_and_the_model(base, overrides, metr
         assert "is not a metric that task" in _error([*overrides, *settings], base)
 
 
-def test_the_default_target_metric_is_not_checked():
-    """topics logs no exact_match, but a field at its default is never an error."""
-    assert build_run_config({}, ["task.name=topics"]).train.target_metric == "test/exact_match"
+def test_the_default_target_metric_is_the_test_split_score_of_the_task():
+    expected = {"addition": "iid_test/exact_match", "topics": "iid_test/accuracy",
+                "ctl": "ood_test/exact_match", "anchors": "iid_test/exact_match"}
+    for task, metric in expected.items():
+        config = build_run_config({}, [f"task.name={task}"])
+        assert config.train.target_metric is None and config.target_metric() == metric
+
+
+@pytest.mark.parametrize("task, field, old, new", [
+    ("addition", "target_metric", "test/exact_match", "iid_test/exact_match"),
+    ("ctl", "select_on", "test", "ood_test"),
+    ("scan", "early_stop_metric", "test/exact_match", "ood_test/exact_match"),
+])
+def test_the_old_test_split_name_is_an_alias_with_a_warning(task, field, old, new):
+    extra = ["train.early_stop_threshold=0.5"] if field == "early_stop_metric" else []
+    with pytest.warns(FutureWarning, match=f"is now called '{new.split('/')[0]}'"):
+        config = build_run_config({}, [f"task.name={task}", f"train.{field}={old}", *extra])
+    renamed = build_run_config({}, [f"task.name={task}", f"train.{field}={new}", *extra])
+    assert config.run_id() == renamed.run_id()
+    # the task's default target metric is stored as null: the same run as not setting it
+    stored = None if field == "target_metric" else new
+    assert getattr(config.train, field) == getattr(renamed.train, field) == stored
 
 
 SMALL_TASKS = {
@@ -280,7 +307,7 @@ def test_the_config_of_an_existing_run_still_loads(tmp_path):
     (["model.gate_dropout=0.1"], "model: gate_dropout=0.1 has no effect without copy_gate=true"),
     (["train.lr_schedule=constant", "train.min_lr=0.01"],
      "train: min_lr=0.01 has no effect without lr_schedule=cosine"),
-    (["train.target_metric=test/exact"], "Did you mean 'test/exact_match'?"),
+    (["train.target_metric=iid_test/exact"], "Did you mean 'iid_test/exact_match'?"),
 ])
 def test_cli_train_exits_2_with_one_message_and_writes_nothing(settings, expected, tmp_path, capsys):
     runs = tmp_path / "runs"

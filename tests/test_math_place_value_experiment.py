@@ -47,23 +47,23 @@ def test_table_and_claim_evidence_are_the_runs_final_metrics(quick_results):
     for run_id, row in zip(results["runs"], table["rows"]):
         final = read_metrics(root / "runs" / run_id)[-1]
         assert row[columns.index("interpolate (IID)")] == f"{final['iid_valid/exact_match']:.3f}"
-        assert row[columns.index("extrapolate")] == f"{final['test/exact_match']:.3f}"
-        assert f"{row[0]} {format_value(final['test/exact_match'])}" in evidence
+        assert row[columns.index("extrapolate")] == f"{final['ood_test/exact_match']:.3f}"
+        assert f"{row[0]} {format_value(final['ood_test/exact_match'])}" in evidence
 
 
 def test_runs_log_interpolate_and_extrapolate_by_place(quick_results):
     root, results = quick_results
     config = registry.experiment("math-place-value").configs(
         registry.experiment("math-place-value").preset("quick"), [])[0]
-    test = build_task(config.task).split("test")
+    test = build_task(config.task).split("ood_test")
     seen = test.groups["place_in_train"].bool()
     for run_id in results["runs"]:
         records = read_metrics(root / "runs" / run_id)
         assert [r["step"] for r in records] == [20, 40, 60]
         final = records[-1]
         for k in range(12):  # every place is asked about in the extrapolate split
-            assert f"test/exact_match/place={k}" in final
+            assert f"ood_test/exact_match/place={k}" in final
         assert "iid_valid/exact_match/place=9" not in final  # never asked in training
-        overall = (final["test/exact_match/place_in_train=1"] * int(seen.sum())
-                   + final["test/exact_match/place_in_train=0"] * int((~seen).sum())) / len(seen)
-        assert overall == pytest.approx(final["test/exact_match"])
+        overall = (final["ood_test/exact_match/place_in_train=1"] * int(seen.sum())
+                   + final["ood_test/exact_match/place_in_train=0"] * int((~seen).sum())) / len(seen)
+        assert overall == pytest.approx(final["ood_test/exact_match"])

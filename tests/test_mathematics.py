@@ -31,7 +31,7 @@ def _solve_add_or_sub(question: str) -> Decimal:
 
 def test_add_or_sub_answers_are_exact():
     rng = np.random.default_rng(0)
-    for split in ("train", "iid_valid", "test"):
+    for split in ("train", "iid_valid", "ood_test"):
         for question, answer in generate("arithmetic__add_or_sub", split, 300, rng):
             assert Decimal(answer) == _solve_add_or_sub(question), question
             assert answer == format_decimal(Decimal(answer))  # canonical form
@@ -40,13 +40,13 @@ def test_add_or_sub_answers_are_exact():
 def test_place_value_answers_are_the_named_digit_and_extrapolation_is_longer():
     rng = np.random.default_rng(1)
     lengths = {}
-    for split in ("train", "test"):
+    for split in ("train", "ood_test"):
         for question, answer in generate("numbers__place_value", split, 300, rng):
             match = re.fullmatch(r"What is the ([a-z ]+) digit of (\d+)\?", question)
             place, number = PLACE_NAMES.index(match.group(1)), match.group(2)
             assert answer == number[len(number) - 1 - place]
             lengths.setdefault(split, []).append(len(number))
-    assert max(lengths["train"]) <= 9 < min(lengths["test"])
+    assert max(lengths["train"]) <= 9 < min(lengths["ood_test"])
 
 
 def test_format_decimal():
@@ -61,10 +61,10 @@ def test_task_holds_evaluation_questions_out_of_training(module):
                                "model": {"name": "seq2seq"}})
     task = build_task(config.task)
     train = {q for q, _ in task.pairs_text("train")}
-    for split in ("iid_valid", "test"):
+    for split in ("iid_valid", "ood_test"):
         pairs = task.pairs_text(split)
         assert len(pairs) == 300 and not train & {q for q, _ in pairs}
-    assert task.eval_splits == ["iid_valid", "test"]
+    assert task.eval_splits == ["iid_valid", "ood_test"]
 
 
 @pytest.mark.parametrize(("number", "position", "question", "answer"), [
@@ -99,14 +99,14 @@ def test_place_value_groups_label_every_example_and_split_the_exact_match():
                                         "eval_size": 300},
                                "model": {"name": "seq2seq"}})
     task = build_task(config.task)
-    for split in ("iid_valid", "test"):
+    for split in ("iid_valid", "ood_test"):
         groups = task.split(split).groups
         for i, (question, _) in enumerate(task.pairs_text(split)):
             position, number = parse_place_value(question)
             assert int(groups["place"][i]) == position and int(groups["digits"][i]) == len(number)
             assert int(groups["place_in_train"][i]) == (position < 9)
     assert bool(task.split("iid_valid").groups["place_in_train"].all())
-    assert set(task.split("test").groups["place_in_train"].tolist()) == {0, 1}
+    assert set(task.split("ood_test").groups["place_in_train"].tolist()) == {0, 1}
 
     class AlwaysFour(torch.nn.Module):  # answers "4" to every question, then EOS
         def forward(self, input_ids, **_):
@@ -115,23 +115,23 @@ def test_place_value_groups_label_every_example_and_split_the_exact_match():
             logits[:, 1:, task.eos_id] = 1.0
             return logits
 
-    metrics = task.evaluate(AlwaysFour(), "test", batch_size=64)
-    answers = [answer for _, answer in task.pairs_text("test")]
-    assert metrics["test/exact_match"] == pytest.approx(answers.count("4") / len(answers))
+    metrics = task.evaluate(AlwaysFour(), "ood_test", batch_size=64)
+    answers = [answer for _, answer in task.pairs_text("ood_test")]
+    assert metrics["ood_test/exact_match"] == pytest.approx(answers.count("4") / len(answers))
     for group in ("place", "digits", "place_in_train"):
-        labels = task.split("test").groups[group]
+        labels = task.split("ood_test").groups[group]
         values = torch.unique(labels).tolist()
-        weighted = sum(metrics[f"test/exact_match/{group}={v}"] * int((labels == v).sum())
+        weighted = sum(metrics[f"ood_test/exact_match/{group}={v}"] * int((labels == v).sum())
                        for v in values) / len(labels)
-        assert weighted == pytest.approx(metrics["test/exact_match"])
-    assert 0 < metrics["test/exact_match"] < 1
-    assert metrics["test/exact_match/place=11"] == pytest.approx(  # scored with its own labels
-        sum(a == "4" for a, p in zip(answers, task.split("test").groups["place"]) if p == 11)
-        / int((task.split("test").groups["place"] == 11).sum()))
+        assert weighted == pytest.approx(metrics["ood_test/exact_match"])
+    assert 0 < metrics["ood_test/exact_match"] < 1
+    assert metrics["ood_test/exact_match/place=11"] == pytest.approx(  # scored with its own labels
+        sum(a == "4" for a, p in zip(answers, task.split("ood_test").groups["place"]) if p == 11)
+        / int((task.split("ood_test").groups["place"] == 11).sum()))
 
 
 def test_add_or_sub_has_no_place_groups():
     config = build_run_config({"task": {"name": "mathematics", "module": "arithmetic__add_or_sub",
                                         "train_size": 100, "eval_size": 20},
                                "model": {"name": "seq2seq"}})
-    assert set(build_task(config.task).split("test").groups) == {"target_length"}
+    assert set(build_task(config.task).split("ood_test").groups) == {"target_length"}

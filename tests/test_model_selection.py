@@ -16,9 +16,9 @@ from sglab.errors import SglabError
 def _records(iid_loss, ood_acc, ood_loss=None, iid_acc=None):
     out = []
     for i, (loss, acc) in enumerate(zip(iid_loss, ood_acc)):
-        record = {"step": 100 * (i + 1), "iid_valid/loss": loss, "test/exact_match": acc}
+        record = {"step": 100 * (i + 1), "iid_valid/loss": loss, "ood_test/exact_match": acc}
         if ood_loss is not None:
-            record["test/loss"] = ood_loss[i]
+            record["ood_test/loss"] = ood_loss[i]
         if iid_acc is not None:
             record["iid_valid/exact_match"] = iid_acc[i]
         out.append(record)
@@ -40,7 +40,7 @@ def test_early_stopping_that_never_triggers_keeps_the_overall_best():
     records = _records([0.5, 0.4, 0.45, 0.3, 0.35], [0.1, 0.2, 0.3, 0.4, 0.5])
     kept = simulate_early_stopping(records, patience=2)
     assert kept["step"] == 400 and kept["stopped_at"] is None
-    assert simulate_early_stopping(records, "test/exact_match", 2, mode="max")["step"] == 500
+    assert simulate_early_stopping(records, "ood_test/exact_match", 2, mode="max")["step"] == 500
 
 
 def test_bad_early_stopping_arguments_are_clear_errors():
@@ -56,13 +56,13 @@ def test_loss_accuracy_correlation_sign():
     assert loss_accuracy_correlation(iid_falls, "iid_valid") == pytest.approx(-1.0)
     # generalization split: loss and accuracy rising together (thesis Fig. 4.2)
     rise_together = _records([1, 1, 1, 1], [0.1, 0.2, 0.4, 0.3], ood_loss=[1.0, 2.0, 4.0, 3.0])
-    assert loss_accuracy_correlation(rise_together, "test") == pytest.approx(1.0)
+    assert loss_accuracy_correlation(rise_together, "ood_test") == pytest.approx(1.0)
     flat = _records([1, 1, 1, 1], [0.0, 0.0, 0.0, 0.0], ood_loss=[1.0, 2.0, 4.0, 3.0])
-    assert math.isnan(loss_accuracy_correlation(flat, "test"))
+    assert math.isnan(loss_accuracy_correlation(flat, "ood_test"))
 
 
 def test_steps_to_fraction_of_final_accuracy():
     records = _records([1] * 5, [0.0, 0.5, 0.79, 0.81, 0.9])
-    assert steps_to_fraction(records, "test/exact_match", 0.8) == 300  # first >= 0.72
-    assert steps_to_fraction(records, "test/exact_match", 0.5) == 200
-    assert steps_to_fraction(_records([1, 1], [0.3, 0.0]), "test/exact_match") is None
+    assert steps_to_fraction(records, "ood_test/exact_match", 0.8) == 300  # first >= 0.72
+    assert steps_to_fraction(records, "ood_test/exact_match", 0.5) == 200
+    assert steps_to_fraction(_records([1, 1], [0.3, 0.0]), "ood_test/exact_match") is None

@@ -12,14 +12,14 @@ from tests.conftest import tiny_config
 
 def test_addition_has_an_iid_validation_split_apart_from_train_and_test():
     task = build_task(tiny_config().task)
-    assert task.eval_splits == ["iid_valid", "test"]
+    assert task.eval_splits == ["iid_valid", "iid_test"]
     pairs = {name: set(map(tuple, p.tolist())) for name, p in task.pairs.items()}
     assert len(pairs["iid_valid"]) == len(task.pairs["iid_valid"]) == 200  # min(1000, test_size)
-    assert not pairs["iid_valid"] & pairs["train"] and not pairs["iid_valid"] & pairs["test"]
+    assert not pairs["iid_valid"] & pairs["train"] and not pairs["iid_valid"] & pairs["iid_test"]
     # the validation split changes neither the other splits nor the model's length
     assert task.max_length == build_task(tiny_config("task.valid_size=0").task).max_length
     no_valid = build_task(tiny_config("task.valid_size=0").task)
-    assert torch.equal(no_valid.splits["test"].tokens, task.splits["test"].tokens)
+    assert torch.equal(no_valid.splits["iid_test"].tokens, task.splits["iid_test"].tokens)
 
 
 def test_best_checkpoint_is_chosen_on_iid_valid_by_default(tmp_path):
@@ -35,9 +35,9 @@ def test_best_checkpoint_is_chosen_on_iid_valid_by_default(tmp_path):
 
 
 def test_select_on_names_the_split_and_an_unknown_one_is_an_error(tmp_path):
-    summary = Trainer(tiny_config("train.select_on=test"), tmp_path, printer=None).run()
-    assert (summary["select_on"], summary["best"]["metric"]) == ("test", "test/exact_match")
-    with pytest.raises(SglabError, match="select_on=ood_valid is not a split.*Splits: iid_valid, test"):
+    summary = Trainer(tiny_config("train.select_on=iid_test"), tmp_path, printer=None).run()
+    assert (summary["select_on"], summary["best"]["metric"]) == ("iid_test", "iid_test/exact_match")
+    with pytest.raises(SglabError, match="select_on=ood_valid is not a split.*Splits: iid_valid, iid_test"):
         tiny_config("train.select_on=ood_valid")
 
 

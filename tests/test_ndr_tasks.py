@@ -25,12 +25,12 @@ def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
     lengths = {name: collections.Counter(task.split(name).groups["length"].tolist())
                for name in task.split_names}
     assert set(lengths["train"]) == {1, 2, 3, 4, 5}
-    assert set(lengths["ood_valid"]) == {6, 7, 8} and set(lengths["test"]) == {9, 10}
+    assert set(lengths["ood_valid"]) == {6, 7, 8} and set(lengths["ood_test"]) == {9, 10}
     train = task.split("train")
     singles = {tuple(train.tokens[i, 1:3].tolist()) for i in range(len(train))
                if int(train.groups["length"][i]) == 1}
     assert len(singles) == 9 * 8  # every function on every symbol
-    for name in ("ood_valid", "test"):
+    for name in ("ood_valid", "ood_test"):
         counts = list(lengths[name].values())
         assert max(counts) - min(counts) <= 1
     # thesis sampling: singles once, distinct compositions; length 2 has only 9*9*8 = 648
@@ -44,9 +44,9 @@ def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
     assert set(counts.values()) == {600}  # balanced 1-5 by repeating short sequences
     assert not set(_texts(repeated, "iid_valid")) & set(_texts(repeated, "train"))
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
-    assert len(set(_texts(task, "test"))) == len(task.split("test"))
+    assert len(set(_texts(task, "ood_test"))) == len(task.split("ood_test"))
     # relabel by hand: forward input '<B> s f1 .. fL <E>' -> fL(..f1(s))
-    data = task.split("test")
+    data = task.split("ood_test")
     for i in range(20):
         words = task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1])
         symbol = task.symbol_names.index(words[0])
@@ -108,7 +108,7 @@ def test_ctl_bucketed_batches_hold_one_length_in_proportion_to_the_training_set(
 def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_deterministic():
     forward, backward = _task("ctl", train_size=500), _task("ctl", train_size=500,
                                                             direction="backward")
-    f, b = forward.split("test"), backward.split("test")
+    f, b = forward.split("ood_test"), backward.split("ood_test")
     assert torch.equal(f.labels, b.labels)
     for i in range(10):
         n = int(f.lengths[i])
@@ -121,7 +121,7 @@ def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_determin
 
 def test_arithmetic_values_depths_and_splits():
     task = _task("arithmetic", train_size=1500)
-    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("test", (7, 8))):
+    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("ood_test", (7, 8))):
         data = task.split(split)
         depths = collections.Counter(data.groups["depth"].tolist())
         assert set(depths) == set(range(low, high + 1))
@@ -160,7 +160,7 @@ def test_listops_values_and_dependency_depth_on_hand_built_trees():
 
 def test_listops_splits_have_the_requested_dependency_depths():
     task = _task("listops", train_size=600, iid_valid_size=100, ood_valid_size=60, test_size=60)
-    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("test", (7, 8))):
+    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("ood_test", (7, 8))):
         data = task.split(split)
         depths = collections.Counter(data.groups["depth"].tolist())
         assert set(depths) == set(range(low, high + 1))

@@ -4,7 +4,7 @@ from tests.conftest import tiny_model
 
 
 def _prompts(task, n=64):
-    test = task.split("test")
+    test = task.split("iid_test")
     full = test.prompt_lengths == int(test.prompt_lengths.max())
     return test.tokens[full][:n, : int(test.prompt_lengths.max())]
 

@@ -23,16 +23,16 @@ def _is_png(out_dir, entry):
 
 
 def test_every_plot_writes_a_png_and_a_figure_entry(tmp_path):
-    records = [{"step": 1, "train/loss": 3.0}, {"step": 10, "test/exact_match": 0.2},
-               {"step": 20, "test/exact_match": 0.6, "train/loss": 1.0}]
-    line = metric_line(records, "test/exact_match", "run")
+    records = [{"step": 1, "train/loss": 3.0}, {"step": 10, "ood_test/exact_match": 0.2},
+               {"step": 20, "ood_test/exact_match": 0.6, "train/loss": 1.0}]
+    line = metric_line(records, "ood_test/exact_match", "run")
     assert (line.x, line.y) == ([10, 20], [0.2, 0.6])
     assert metric_line(records, "train/loss").x == [1, 20]
     entries = [
         learning_curves(tmp_path, "curves", [Panel("a", [line], vlines=[(15, 0, None)],
                                                    hlines=[(0.5, "chance")])],
                         caption="curves"),
-        accuracy_by_group(tmp_path, "groups", [("test", {"A": {1: 0.9, 2: 0.5}}, "length")],
+        accuracy_by_group(tmp_path, "groups", [("ood_test", {"A": {1: 0.9, 2: 0.5}}, "length")],
                           title="by length"),
         heatmap_grid(tmp_path, "maps", [[("x", np.eye(3)), ("y", -np.eye(3))], [("z", np.ones((2, 2)))]],
                      title="maps", symmetric=True),

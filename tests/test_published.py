@@ -34,8 +34,8 @@ def test_cogs_reads_every_split_and_records_checksums(data):
     lines = []
     splits = read_cogs(data / "cogs", printer=lines.append, verify_published=False)
     assert {k: len(v) for k, v in splits.items()} == {"train": 3, "iid_valid": 1, "iid_test": 1,
-                                                      "test": 2}
-    assert splits["test"][0] == ("A cake smiled .",
+                                                      "ood_test": 2}
+    assert splits["ood_test"][0] == ("A cake smiled .",
                                  "* cake ( x _ 1 ) ; smile . agent ( x _ 2 , x _ 1 )",
                                  "subj_to_obj_common")
     sums = (data / "cogs" / CHECKSUMS).read_text()
@@ -97,7 +97,7 @@ def test_malformed_lines_are_reported_with_their_location(data):
 def test_pcfg_pairs_lines_and_checks_alignment(data):
     splits = read_pcfg(data / "pcfgset", "productivity", printer=lambda _: None,
                   verify_published=False)
-    assert splits["test"] == [("reverse copy A1 B2", "B2 A1"),
+    assert splits["ood_test"] == [("reverse copy A1 B2", "B2 A1"),
                               ("echo append A1 , B2 C3", "A1 B2 C3 C3")]
     folder = data / "pcfgset" / "productivity"
     (folder / "train.tgt").write_text("A1 B2\n")
@@ -111,7 +111,7 @@ def test_cfq_uses_the_entity_masked_fields_with_official_preprocessing(data):
     splits = read_cfq(data / "cfq", "mcd1", printer=lambda _: None)
     assert splits["train"][0] == ("Did M0 direct M1 ?",
                                   "SELECT count(*) WHERE { M0 film.director.film M1 }")
-    assert [len(splits[k]) for k in ("train", "ood_valid", "test")] == [2, 1, 1]
+    assert [len(splits[k]) for k in ("train", "ood_valid", "ood_test")] == [2, 1, 1]
 
 
 def test_published_data_trains_as_a_seq2seq_task(data):
@@ -120,7 +120,7 @@ def test_published_data_trains_as_a_seq2seq_task(data):
                                "model": {"name": "seq2seq", "d_model": 16, "n_heads": 2,
                                          "d_ff": 16, "n_layers": 1}})
     task = build_task(config.task)
-    assert task.eval_splits == ["iid_valid", "iid_test", "test"]
+    assert task.eval_splits == ["iid_valid", "iid_test", "ood_test"]
     assert task.pairs_text("iid_valid") == [
         ("A dog smiled .", "* dog ( x _ 1 ) ; smile . agent ( x _ 2 , x _ 1 )")]
 

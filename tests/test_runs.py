@@ -46,9 +46,9 @@ def _finished(labels, seed, accuracy, tmp_path):
     directory.mkdir()
     (directory / "metrics.jsonl").write_text(
         json.dumps({"step": 5, "train/loss": 2.0}) + "\n"
-        + json.dumps({"step": 10, "test/exact_match": accuracy}) + "\n")
+        + json.dumps({"step": 10, "iid_test/exact_match": accuracy}) + "\n")
     config = Arm(labels, BASE, {}, seed).config()
-    summary = {"run_id": directory.name, "final": {"test/exact_match": accuracy}}
+    summary = {"run_id": directory.name, "final": {"iid_test/exact_match": accuracy}}
     return FinishedRun(labels, config, summary, directory)
 
 
@@ -58,16 +58,16 @@ def test_runset_filters_groups_and_summarizes(tmp_path):
                    _finished({"pe": "NoPE", "removed": "{}"}, 0, 0.5, tmp_path),
                    _finished({"pe": "NoPE", "removed": "{0}"}, 0, 0.1, tmp_path)])
     assert len(runs.where(pe="NoPE")) == 2
-    assert runs.only(pe="NoPE", removed="{0}").final["test/exact_match"] == 0.1
+    assert runs.only(pe="NoPE", removed="{0}").final["iid_test/exact_match"] == 0.1
     with pytest.raises(LookupError):
         runs.only(pe="learned")
     groups = runs.group_by("pe")
     assert list(groups) == ["learned", "NoPE"]
-    assert groups["learned"].mean("test/exact_match") == pytest.approx(0.8)
-    assert groups["learned"].mean_std("test/exact_match") == "0.8000 ± 0.1414"
+    assert groups["learned"].mean("iid_test/exact_match") == pytest.approx(0.8)
+    assert groups["learned"].mean_std("iid_test/exact_match") == "0.8000 ± 0.1414"
     assert list(runs.group_by("pe", "removed")) == [("learned", "{}"), ("NoPE", "{}"),
                                                     ("NoPE", "{0}")]
-    table = runs.table(["pe"], {"n": len, "acc": lambda g: g.mean_std("test/exact_match", 2)})
+    table = runs.table(["pe"], {"n": len, "acc": lambda g: g.mean_std("iid_test/exact_match", 2)})
     assert table["columns"] == ["pe", "n", "acc"]
     assert table["rows"] == [["learned", 2, "0.80 ± 0.14"], ["NoPE", 2, "0.30 ± 0.28"]]
     assert runs.label_values("removed") == ["{}", "{0}"]
@@ -76,18 +76,18 @@ def test_runset_filters_groups_and_summarizes(tmp_path):
 def test_group_means_read_the_final_or_a_chosen_record(tmp_path):
     runs = RunSet([_finished({"pe": "NoPE"}, seed, 0.5, tmp_path) for seed in (0, 1)])
     for run, (short, long) in zip(runs, [(1.0, 0.2), (0.8, 0.4)]):
-        run.summary["final"].update({"test/exact_match/length=12": long,
-                                     "test/exact_match/length=3": short})
-    assert runs.group_means("test/exact_match/length=") == pytest.approx({3: 0.9, 12: 0.3})
-    assert list(runs.group_means("test/exact_match/length=")) == [3, 12]  # numeric order
-    chosen = runs.group_means("test/exact_match/length=",
-                              record=lambda run: {"test/exact_match/length=3": run.seed})
+        run.summary["final"].update({"iid_test/exact_match/length=12": long,
+                                     "iid_test/exact_match/length=3": short})
+    assert runs.group_means("iid_test/exact_match/length=") == pytest.approx({3: 0.9, 12: 0.3})
+    assert list(runs.group_means("iid_test/exact_match/length=")) == [3, 12]  # numeric order
+    chosen = runs.group_means("iid_test/exact_match/length=",
+                              record=lambda run: {"iid_test/exact_match/length=3": run.seed})
     assert chosen == pytest.approx({3: 0.5})
 
 
 def test_finished_run_reads_metrics_lazily_with_training_loss_records(tmp_path):
     run = _finished({"pe": "NoPE"}, 0, 0.5, tmp_path)
-    assert run.curve("test/exact_match") == ([10], [0.5])
+    assert run.curve("iid_test/exact_match") == ([10], [0.5])
     assert run.curve("train/loss") == ([5], [2.0])
     assert run["pe"] == "NoPE" and run.seed == 0 and run.best is None
 

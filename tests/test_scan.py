@@ -47,17 +47,17 @@ def _commands(examples):
 
 
 @pytest.mark.parametrize("name, sizes", [
-    ("simple", {"train": 16_728, "test": 4_182}),
-    ("length", {"train": 16_990, "test": 3_920}),
-    ("addprim_jump", {"train": 14_670, "test": 7_706}),
-    ("addprim_turn_left", {"train": 21_890, "test": 1_208}),
-    ("cutoff_26", {"train": 16_458, "iid_valid": 1_828, "test": 2_624}),  # thesis Table C.7
+    ("simple", {"train": 16_728, "iid_test": 4_182}),
+    ("length", {"train": 16_990, "ood_test": 3_920}),
+    ("addprim_jump", {"train": 14_670, "ood_test": 7_706}),
+    ("addprim_turn_left", {"train": 21_890, "ood_test": 1_208}),
+    ("cutoff_26", {"train": 16_458, "iid_valid": 1_828, "ood_test": 2_624}),  # thesis Table C.7
 ])
 def test_split_sizes_and_no_test_command_in_training(name, sizes):
     split = build_split(name)
     assert {k: len(v) for k, v in split.items()} == sizes
     train = _commands(split["train"])
-    assert not train & _commands(split["test"])
+    assert not train & _commands(split["iid_test" if name == "simple" else "ood_test"])
     if "iid_valid" in split:
         assert not train & _commands(split["iid_valid"])
 
@@ -66,14 +66,14 @@ def test_split_sizes_and_no_test_command_in_training(name, sizes):
 def test_cutoff_splits_respect_the_output_length(cutoff):
     split = build_split(f"cutoff_{cutoff}", seed=3)
     assert all(len(a.split()) <= cutoff for _, a in split["train"] + split["iid_valid"])
-    assert all(len(a.split()) > cutoff for _, a in split["test"])
+    assert all(len(a.split()) > cutoff for _, a in split["ood_test"])
     pool = len(split["train"]) + len(split["iid_valid"])
     assert len(split["iid_valid"]) == pool // 10
-    assert pool + len(split["test"]) == 20_910
+    assert pool + len(split["ood_test"]) == 20_910
 
 
 def test_cutoff_22_has_the_length_split_test_set_and_seeds_change_the_iid_holdout():
-    assert set(build_split("cutoff_22")["test"]) == set(build_split("length")["test"])
+    assert set(build_split("cutoff_22")["ood_test"]) == set(build_split("length")["ood_test"])
     assert _commands(build_split("cutoff_26", 0)["iid_valid"]) != _commands(
         build_split("cutoff_26", 1)["iid_valid"])
 
@@ -85,7 +85,7 @@ def test_add_primitive_splits_repeat_the_bare_primitive_to_ten_percent():
         assert copies / len(split["train"]) == pytest.approx(0.1, abs=1e-3)
         others = _commands(split["train"]) - {primitive}
         assert all(primitive not in c for c in others)
-        assert all(primitive in c for c in _commands(split["test"]))
+        assert all(primitive in c for c in _commands(split["ood_test"]))
 
 
 def test_bad_split_name_is_a_clear_config_error():
@@ -98,7 +98,7 @@ def test_task_round_trips_text_and_needs_a_seq2seq_model():
     config = build_run_config({"task": {"name": "scan", "split": "length"},
                                "model": {"name": "seq2seq"}})
     task = build_task(config.task)
-    assert set(task.pairs_text("test")) == set(build_split("length")["test"])
+    assert set(task.pairs_text("ood_test")) == set(build_split("length")["ood_test"])
     with pytest.raises(SglabError, match="model.name=seq2seq"):
         task.check_model(build_run_config({}).model)
 

@@ -39,8 +39,8 @@ def test_runs_log_iid_and_ood_loss_and_accuracy_at_every_evaluation(quick_result
     for run_id in results["runs"]:
         records = read_metrics(root / "runs" / run_id)
         assert [r["step"] for r in records] == [20, 40, 60]
-        for key in ("iid_valid/loss", "iid_valid/exact_match", "test/loss", "test/exact_match",
-                    "test/oracle_exact_match"):
+        for key in ("iid_valid/loss", "iid_valid/exact_match", "ood_test/loss", "ood_test/exact_match",
+                    "ood_test/oracle_exact_match"):
             assert all(key in r for r in records)
 
 

@@ -8,7 +8,7 @@ from tests.conftest import tiny_model
 
 def _split_from_model_outputs(task, model, n=40):
     """Half the examples carry the model's own greedy answer, half a corrupted one."""
-    test = task.split("test")
+    test = task.split("iid_test")
     rows, lengths, prompt_lengths, expect = [], [], [], []
     for i in range(n):
         prompt = test.tokens[i, : test.prompt_lengths[i]].tolist()
@@ -62,7 +62,7 @@ def test_one_pass_exact_match_equals_greedy_decoding_bidirectional():
 
 def test_prefix_batch_rows_are_the_prefixes_before_each_answer_token():
     task, _ = tiny_model()
-    split = task.split("test").subset(torch.arange(3))
+    split = task.split("iid_test").subset(torch.arange(3))
     batch = prefix_batch(split)
     answer_tokens = int((split.lengths - split.prompt_lengths).sum())
     assert batch.input_ids.shape[0] == answer_tokens

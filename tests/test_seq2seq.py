@@ -198,7 +198,7 @@ def test_one_pass_scorer_agrees_with_token_by_token_greedy_decoding(tmp_path):
     from sglab.train.loop import load_trained
 
     _, task, model = load_trained(tmp_path / config.run_id())
-    for name in ("iid_valid", "test"):
+    for name in ("iid_valid", "ood_test"):
         split = task.split(name).subset(torch.arange(32))
         metrics = task.evaluate(model, name, batch_size=16, max_examples=32)
         for oracle, key in ((False, "exact_match"), (True, "oracle_exact_match")):
@@ -230,7 +230,7 @@ def test_training_lowers_the_loss_and_logs_every_eval_split(tmp_path):
                      "train.threads=1")
     summary = Trainer(config, tmp_path, printer=None).run()
     final = summary["final"]
-    for key in ("iid_valid/exact_match", "iid_valid/loss", "test/exact_match", "test/loss"):
+    for key in ("iid_valid/exact_match", "iid_valid/loss", "ood_test/exact_match", "ood_test/loss"):
         assert key in final
     assert final["iid_valid/loss"] < math.log(21)  # below the uniform guess
 

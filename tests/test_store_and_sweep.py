@@ -44,7 +44,7 @@ def test_pool_sweep_stores_runs_and_rerun_skips_them(tmp_path, capsys):
     assert len(store.query(["tag=t"])) == 2
     nope = store.query(["model.pos_encoding=none"])
     assert [r["config"]["model"]["pos_encoding"] for r in nope] == ["none"]
-    assert len(store.query(["final.test/exact_match>=0"])) == 2
+    assert len(store.query(["final.iid_test/exact_match>=0"])) == 2
     assert store.query(["step<5"]) == []
     with pytest.raises(SglabError, match="cannot read filter"):
         store.query(["nonsense"])

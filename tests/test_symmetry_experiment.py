@@ -7,6 +7,7 @@ import pytest
 from sglab import registry
 from sglab.cli import main
 from sglab.experiments import run_experiment
+from sglab.store import RunStore, read_labels
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +94,21 @@ def test_run_labels_are_stored_and_shown(quick_results):
     assert sorted({row["removed"] for row in labels}) == ["{0, 1, 2}", "{0, 1}", "{0}", "{}"]
     html = (root / "out" / "report.html").read_text()
     assert "<h2>Runs</h2>" in html and labels[0]["run_id"] in html
+
+
+def test_labels_reach_the_run_store_and_the_runs_listing(quick_results, capsys):
+    root, results = quick_results
+    first = json.loads((root / "out" / "results.json").read_text())["labels"][0]
+    assert read_labels(root / "runs" / first["run_id"])["symmetry"]["pe"] == first["pe"]
+    chosen = [f"labels.symmetry.pe={first['pe']}", f"labels.symmetry.removed={first['removed']}",
+              f"labels.symmetry.attention={first['attention']}"]
+    rows = RunStore(root / "runs").query(chosen)
+    assert {row["run_id"] for row in rows} == {
+        row["run_id"] for row in json.loads((root / "out" / "results.json").read_text())["labels"]
+        if (row["pe"], row["removed"], row["attention"])
+        == (first["pe"], first["removed"], first["attention"])}
+    capsys.readouterr()
+    assert main(["runs", "--runs-dir", str(root / "runs"), "--where", chosen[0]]) == 0
+    out = capsys.readouterr().out
+    assert "[symmetry: attention=" in out and f" pe={first['pe']} " in out
+    assert "iid_test/exact_match" in out

@@ -70,8 +70,8 @@ def test_weight_norms_are_logged_at_every_evaluation(tmp_path):
     assert records[-1]["weight_norm/blocks.0.attn.W_Q"] == pytest.approx(float(qkv[:18].norm()))
     assert records[-1]["weight_norm/output_bias"] == pytest.approx(
         float(weights["output_bias"].norm()))
-    assert records[-1]["test/squared_loss"] < records[0]["test/squared_loss"]
-    assert summary["final"]["test/accuracy"] >= 0
+    assert records[-1]["iid_test/squared_loss"] < records[0]["iid_test/squared_loss"]
+    assert summary["final"]["iid_test/accuracy"] >= 0
 
 
 def test_unknown_weight_norm_name_is_an_error_before_anything_is_written(tmp_path):

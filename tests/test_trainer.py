@@ -34,8 +34,8 @@ def test_training_learns_and_writes_a_complete_run_directory(tmp_path):
     assert [r["step"] for r in records] == [10, 20, 30, 40, 50, 60]
     every_line = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("kind", "eval") for r in every_line] == ["train", "eval"] * 6
-    assert records[-1]["test/loss"] < records[0]["test/loss"]
-    assert "test/exact_match/carries=0" in records[-1]
+    assert records[-1]["iid_test/loss"] < records[0]["iid_test/loss"]
+    assert "iid_test/exact_match/carries=0" in records[-1]
     assert store.query(["status=finished"])[0]["run_id"] == config.run_id()
     # a finished run is reused, not retrained
     again = Trainer(config, tmp_path, printer=None).run()

@@ -203,7 +203,8 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ):
     """Query the run store."""
-    from sglab.store import RunStore, runs_dir_from
+    from sglab.store import RunStore, format_labels, runs_dir_from
+    from sglab.sweep.jobs import target_value
 
     store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
     if reindex:
@@ -216,12 +217,15 @@ def runs(
         for row in rows:
             _out(json.dumps(row))
         return
-    _out(f"{'run_id':44s} {'status':9s} {'step':>6s} {'test/exact_match':>16s} tag")
+    _out(f"{'run_id':44s} {'status':9s} {'step':>6s} {'target metric':>24s} {'value':>7s} "
+         "tag / labels")
     for row in rows:
-        final = (row["summary"].get("final") or {}).get("test/exact_match")
+        metric, final = target_value(row["summary"])
         shown = f"{final:.4f}" if isinstance(final, float) else "-"
+        labels = format_labels(row["summary"].get("labels") or {})
         _out(f"{row['run_id']:44s} {row['status'] or '-':9s} {row['step'] or 0:>6d} "
-             f"{shown:>16s} {row['tag'] or ''}")
+             f"{metric or '-':>24s} {shown:>7s} {row['tag'] or ''}"
+             + (f" [{labels}]" if labels else ""))
     _out(f"{len(rows)} run(s)")
 
 
@@ -274,8 +278,9 @@ def data_export(
         raise SglabError(f"cannot export {dataset!r}.{hint} Exportable: {', '.join(EXPORTERS)}")
     parts = build_split(split, seed)
     for name, examples in parts.items():
-        atomic_write_text(out / f"{name}.txt", format_lines(examples))
-        _out(f"{out / f'{name}.txt'}: {len(examples)} examples")
+        file = out / ("test.txt" if name.endswith("_test") else f"{name}.txt")  # published names
+        atomic_write_text(file, format_lines(examples))
+        _out(f"{file}: {len(examples)} examples ({name})")
 
 
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+LEGACY_TEST_SPLIT = "test"
+
+
 class TaskConfig(StrictModel):
     """Fields every task shares. Tasks subclass this and register the subclass."""
 
@@ -53,6 +57,27 @@ class TaskConfig(StrictModel):
         data is built). None: known only once the data exists, so metric names in the
         train section are not checked against them."""
         return None
+
+    def test_split(self) -> str | None:
+        """The held-out split a study's claims are measured on: ``ood_test`` where the task
+        has one, else ``iid_test`` (None: unknown before the data is built)."""
+        splits = self.evaluation_splits() or []
+        return next((split for split in ("ood_test", "iid_test") if split in splits), None)
+
+    def default_target_metric(self) -> str | None:
+        """``train.target_metric`` when it is null: the test split's exact match (or
+        accuracy, for tasks scored per position)."""
+        test = self.test_split()
+        score = next((m for m in ("exact_match", "accuracy") if m in self.split_metrics), None)
+        return f"{test}/{score}" if test and score else None
+
+    def current_split_name(self, name: str) -> str:
+        """The name of split ``name`` today. Before split names said what they are, the
+        test split was called ``test``; that name is still accepted in configs (for one
+        release) and means :meth:`test_split`."""
+        if name == LEGACY_TEST_SPLIT and name not in (self.evaluation_splits() or [name]):
+            return self.test_split() or name
+        return name
 
     def evaluation_metrics(self) -> list[str] | None:
         """Every ``<split>/<metric>`` name an evaluation reports (breakdowns such as
@@ -150,11 +175,13 @@ class TrainConfig(StrictModel):
     checkpoint_interval: int = Field(500, ge=1)
     log_interval: int = Field(100, ge=1)
     early_stop_metric: str | None = Field(
-        None, description="Stop once this eval metric (e.g. 'test/exact_match') reaches the threshold."
+        None, description="Stop once this eval metric (e.g. 'iid_valid/exact_match') reaches the "
+                          "threshold."
     )
     early_stop_threshold: float | None = None
-    target_metric: str = Field(
-        "test/exact_match", description="Metric whose first crossing of target_threshold is timed."
+    target_metric: str | None = Field(
+        None, description="Metric whose first crossing of target_threshold is timed; null: the "
+                          "task's test split score (e.g. ood_test/exact_match)."
     )
     target_threshold: float = 0.99
     select_on: str | None = Field(
@@ -266,6 +293,34 @@ class RunConfig(StrictModel):
         if name in known or any(name.startswith(f"{metric}/") for metric in known):
             return True
         return name.startswith("weight_norm/") and bool(self.train.weight_norms)
+
+    @model_validator(mode="after")
+    def _rename_legacy_splits(self):
+        """Metric and split names written with the old ``test`` split name mean the task's
+        test split (:meth:`TaskConfig.current_split_name`); rewritten here, before hashing,
+        with a warning. A target metric equal to the task's default is stored as null so it
+        cannot change the run id."""
+        for field_name in (*METRIC_FIELDS, "select_on"):
+            value = getattr(self.train, field_name)
+            if value is None:
+                continue
+            split, _, rest = value.partition("/")
+            current = self.task.current_split_name(split)
+            if current != split:
+                new = "/".join([current, rest]) if rest else current
+                warnings.warn(f"train.{field_name}={value}: split {split!r} of task "
+                              f"{self.task.name} is now called {current!r}; using {new} (the old "
+                              "name is accepted until the next release)", FutureWarning,
+                              stacklevel=2)
+                setattr(self.train, field_name, new)
+        if self.train.target_metric is not None and \
+                self.train.target_metric == self.task.default_target_metric():
+            self.train.target_metric = None
+        return self
+
+    def target_metric(self) -> str | None:
+        """``train.target_metric``, or the task's default when it is null."""
+        return self.train.target_metric or self.task.default_target_metric()
 
     @model_validator(mode="after")
     def _check_metric_names(self):

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from sglab.errors import SglabError
-from sglab.io import json_line
+from sglab.io import atomic_write_json, json_line
 
 DEFAULT_RUNS_DIR = "runs"
 COLUMNS = ("run_id", "config_hash", "task", "model", "seed", "status", "step", "tag",
@@ -51,6 +51,34 @@ def read_metrics(run_dir: str | Path, kind: str = "eval") -> list[dict[str, Any]
     if kind == "all":
         return records
     return [r for r in records if r.get("kind", "eval") == kind]
+
+
+LABELS_FILE = "labels.json"
+
+
+def read_labels(run_dir: str | Path) -> dict[str, dict[str, str]]:
+    """The roles a run plays in experiments: ``{"<experiment>": {"pe": "none", ...}}``
+    (``labels.json`` in the run directory; empty if the run belongs to no experiment)."""
+    path = Path(run_dir) / LABELS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_labels(run_dir: str | Path, experiment: str, labels: dict[str, Any]) -> None:
+    """Record (atomically) the labels a run has in ``experiment``, keeping its other
+    experiments' labels."""
+    data = read_labels(run_dir)
+    data[experiment] = {key: str(value) for key, value in labels.items()}
+    atomic_write_json(Path(run_dir) / LABELS_FILE, data)
+
+
+def format_labels(labels: dict[str, dict[str, str]]) -> str:
+    """``symmetry: pe=none ablated=0,1`` (experiments separated by ``; ``)."""
+    return "; ".join(f"{experiment}: " + " ".join(f"{k}={v}" for k, v in values.items())
+                     for experiment, values in sorted(labels.items()))
 
 
 def runs_dir_from(option: str | None) -> Path:
@@ -105,8 +133,12 @@ class RunStore:
         self._connect().close()
 
     def record(self, run_dir: Path, config, summary: dict, tag: str | None = None) -> None:
-        """Insert or update one run's row."""
+        """Insert or update one run's row (the summary with the run's experiment labels,
+        :func:`read_labels`, under ``labels``: ``--where labels.symmetry.pe=none``)."""
         data = config.to_dict() if hasattr(config, "to_dict") else config
+        labels = read_labels(run_dir)
+        if labels:
+            summary = {**summary, "labels": labels}
         row = (
             summary.get("run_id", Path(run_dir).name), config.config_hash()
             if hasattr(config, "config_hash") else summary.get("config_hash", ""),
@@ -174,13 +206,15 @@ class RunStore:
         hint = f" Did you mean {', '.join(near)}?" if near else ""
         return (f"no run in the store has {key!r}.{hint} Filter on a column "
                 f"({', '.join(c for c in COLUMNS if c not in ('updated', 'path'))}), a config "
-                "path (model.pos_encoding) or a summary path (final.test/exact_match).")
+                "path (model.pos_encoding) or a summary path (final.ood_test/exact_match, "
+                "labels.<experiment>.<label>).")
 
     def query(self, where: list[str] | None = None) -> list[dict[str, Any]]:
         """Rows matching every ``KEY OP VALUE`` filter.
 
         KEY is a column (task, model, seed, status, tag, ...), a config path
-        (``model.pos_encoding``) or a summary path (``final.test/exact_match``);
+        (``model.pos_encoding``) or a summary path (``final.ood_test/exact_match``,
+        ``labels.<experiment>.<label>``);
         OP is one of = != < <= > >=.
         """
         clauses, params = [], []
@@ -189,7 +223,7 @@ class RunStore:
             match = re.fullmatch(r"\s*([\w./=-]+?)\s*(<=|>=|!=|=|<|>)\s*(.*?)\s*", text)
             if not match:
                 raise SglabError(f"cannot read filter {text!r}; write KEY=VALUE or KEY>VALUE, "
-                                 "e.g. status=finished or final.test/exact_match>0.9")
+                                 "e.g. status=finished or final.ood_test/exact_match>0.9")
             key, op, raw = match.groups()
             value = yaml.safe_load(raw) if raw else ""
             if isinstance(value, (list, dict)):

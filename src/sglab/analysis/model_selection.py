@@ -88,7 +88,7 @@ def steps_to_fraction(records: list[Record], key: str, fraction: float = 0.8) ->
     return int(steps[reached[0]])
 
 
-def early_stopping_report(records: list[Record], ood_key: str = "test/exact_match",
+def early_stopping_report(records: list[Record], ood_key: str = "ood_test/exact_match",
                           monitor: str = "iid_valid/loss", patience: int = 5) -> Record:
     """OOD accuracy of the early-stopped checkpoint vs the final and the best one."""
     chosen = simulate_early_stopping(records, monitor, patience)

@@ -21,6 +21,7 @@ from sglab.errors import SglabError
 from sglab.experiments.claims import Claim
 from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
 from sglab.report import write_report
+from sglab.store import RunStore, write_labels
 from sglab.sweep.local import run_configs
 
 
@@ -81,6 +82,10 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         raise SglabError(f"{len(failed)} run(s) failed, e.g. {failed[0]['run_id']}: "
                          f"{failed[0].get('error', 'unknown error')}. Fix the cause and rerun; "
                          "finished runs are reused.")
+    store = RunStore(runs_dir)
+    for arm, config, summary in zip(arms, configs, summaries):
+        write_labels(runs_dir / summary["run_id"], experiment.name, arm.labels)
+        store.record(runs_dir / summary["run_id"], config, summary)
     printer(f"{experiment.name}: analyzing {len(summaries)} runs")
     analysis = experiment.analyze(params, finished_runs(arms, configs, summaries, runs_dir),
                                   out_dir)

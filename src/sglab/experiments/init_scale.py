@@ -269,7 +269,7 @@ def measure(run: FinishedRun) -> dict[str, Any]:
     covering = groups_covering(groups.sizes, 0.9)
     record = {"run": run, "depth": run.config.model.n_layers,
               "gamma": run.config.model.init_gamma, "lr": run.config.train.lr, "seed": run.seed,
-              "test": run.final["test/exact_match"],
+              "test": run.final["iid_test/exact_match"],
               "inferential": run.final["unseen/inferential"],
               "symmetric": run.final["unseen/symmetric"],
               "condensation": {"groups": groups, "covering": covering,

@@ -25,7 +25,7 @@ LABELS = {
     "transformer_act": "Transformer + ACT-A", "rel_act": "+ rel + ACT-A",
     "rel_act_ut": "+ rel + ACT-U", "geom_act": "+ geom. + ACT-A", "geom_act_ut": "+ geom. + ACT-U",
 }
-IID, OOD, TEST = "iid_valid/exact_match", "ood_valid/exact_match", "test/exact_match"
+IID, OOD, TEST = "iid_valid/exact_match", "ood_valid/exact_match", "ood_test/exact_match"
 
 
 def model_label(key: str) -> str:

@@ -44,7 +44,7 @@ def routing_probe(run: FinishedRun) -> RoutingProbe:
 
     def compute(run: FinishedRun) -> RoutingProbe:
         task, model = run.task, run.model("best")
-        split = task.split("test")
+        split = task.split("ood_test")
         example = split.subset(torch.tensor([int(split.lengths.argmax())]))
         batch = example.batch()
         trace = routing_trace(model, batch.input_ids, batch.key_padding_mask)

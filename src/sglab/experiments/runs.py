@@ -108,7 +108,14 @@ class FinishedRun:
     @property
     def final(self) -> dict[str, Any]:
         """The last evaluation record."""
-        return self.summary.get("final") or {}
+        return self._current_names(self.summary.get("final") or {})
+
+    def _current_names(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with metrics logged under a split's old name (``test/...``, before
+        split names said what they are) under today's name (``ood_test/...``)."""
+        rename = self.config.task.current_split_name
+        return {(rename(split) + "/" + rest if rest else key): value
+                for key, value in record.items() for split, _, rest in [key.partition("/")]}
 
     @property
     def best(self) -> dict[str, Any] | None:
@@ -123,7 +130,7 @@ class FinishedRun:
     @cached_property
     def metrics(self) -> list[dict[str, Any]]:
         """Every record of ``metrics.jsonl`` (evaluations and training-loss records)."""
-        return read_metrics(self.directory)
+        return [self._current_names(record) for record in read_metrics(self.directory)]
 
     @property
     def evaluations(self) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Relative Universal": {"pos_encoding": "relative", "universal": True},
 }
 ABSOLUTE = ("Transformer", "Universal")
-IID, OOD = "iid_valid", "test"  # the IID validation split and the generalization split
+IID, OOD = "iid_valid", "ood_test"  # the IID validation split and the generalization split
 
 
 def check_variants(variants: Sequence[str]) -> None:
@@ -61,7 +61,7 @@ def seq2seq_base(task: dict[str, Any], d_model, d_ff, n_heads, n_layers, steps, 
                   "grad_clip": grad_clip, "eval_interval": eval_every,
                   "log_interval": eval_every, "checkpoint_interval": eval_every * 2,
                   "eval_batch_size": 512, "eval_max_examples": eval_max_examples,
-                  "target_metric": "test/exact_match", **train},
+                  "target_metric": "ood_test/exact_match", **train},
     }
 
 

@@ -130,7 +130,7 @@ class Symmetry(Experiment):
     # ------------------------------------------------------------------ analysis
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         threshold = params["converged_threshold"]
-        accuracy = "test/exact_match"
+        accuracy = "iid_test/exact_match"
         causal, bidirectional = runs.where(attention="causal"), runs.where(attention="bidirectional")
 
         def converged(group: RunSet) -> str:
@@ -222,7 +222,7 @@ class Symmetry(Experiment):
             hlines=[(ceiling, "order-blind ceiling")])],
             title="bidirectional NoPE",
             caption="Bidirectional NoPE test exact match vs the order-blind ceiling.")
-        test = reference_task.split("test")
+        test = reference_task.split("iid_test")
         sections = [
             {"title": "Accuracy", "tables": [table],
              "text": f"Test set: {len(test):,} distinct operand pairs, "

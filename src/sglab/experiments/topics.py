@@ -154,7 +154,7 @@ class Topics(Experiment):
                       "eval_interval": eval_interval, "log_interval": max(steps // 5, 1),
                       "checkpoint_interval": max(steps // 2, 1),
                       "eval_max_examples": 64, "eval_batch_size": 256,
-                      "target_metric": "test/accuracy", "weight_norms": NORM_NAMES},
+                      "target_metric": "iid_test/accuracy", "weight_norms": NORM_NAMES},
         }
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
@@ -251,7 +251,7 @@ class Topics(Experiment):
     @staticmethod
     def _measure_attention(run: FinishedRun, params: dict[str, Any]) -> dict[str, Any]:
         task, model = run.task, run.model()
-        docs = task.documents["test"]
+        docs = task.documents["iid_test"]
         n, length = params["attention_documents"], params["reference_length"]
         tokens, real = docs.tokens[:n, :length], docs.real[:n, :length]
         patterns = capture(model, ["blocks.*.attn.pattern"], tokens, key_padding_mask=real)

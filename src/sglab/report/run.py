@@ -57,12 +57,14 @@ def sweep_report(spec, configs, summaries: list[dict], out_dir: Path) -> Path:
                 node = node[part]
             cell.append(json.dumps(node) if isinstance(node, list) else node)
         final = summary.get("final") or {}
-        rows.append([*cell, config.seed, summary["run_id"], summary.get("status"),
-                     final.get("test/exact_match", "-"), (summary.get("target") or {}).get("step", "-")])
+        target = config.target_metric()
+        rows.append([*cell, config.seed, summary["run_id"], summary.get("status"), target or "-",
+                     final.get(target, "-"), (summary.get("target") or {}).get("step", "-")])
     results = {
         "title": f"sweep {spec.name}", "runs": [s["run_id"] for s in summaries],
         "sections": [{"title": "Runs", "tables": [{
-            "columns": [*keys, "seed", "run", "status", "test/exact_match", "step to target"],
+            "columns": [*keys, "seed", "run", "status", "target metric", "final value",
+                        "step to target"],
             "rows": rows}]}],
         "config": spec.model_dump(),
     }

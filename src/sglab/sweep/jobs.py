@@ -143,9 +143,16 @@ def describe_jobs(jobs: list[list[int]]) -> str:
             f"{'/'.join(map(str, sizes))} runs, {len(jobs) - len(ensembles)} single run(s)")
 
 
+def target_value(summary: dict) -> tuple[str | None, float | None]:
+    """The run's target metric (summaries before it was recorded: ``test/exact_match``)
+    and its value at the last evaluation."""
+    metric = summary.get("target_metric", "test/exact_match")
+    return metric, (summary.get("final") or {}).get(metric) if metric else None
+
+
 def summary_line(summary: dict) -> str:
-    metric = (summary.get("final") or {}).get("test/exact_match")
-    shown = f" test/exact_match {metric:.4f}" if metric is not None else ""
+    metric, value = target_value(summary)
+    shown = f" {metric} {value:.4f}" if isinstance(value, (int, float)) else ""
     if summary.get("status") == "failed" and summary.get("error"):
         shown += f" ({summary['error'].splitlines()[0]})"
     return f"{summary.get('run_id')} {summary.get('status')}{shown}"

@@ -32,7 +32,7 @@ import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
+from sglab.config import TaskConfig, check_switches
 from sglab.errors import SglabError
 from sglab.tasks.base import IGNORE, Batch, PromptAnswerTask, SequenceSplit, Vocabulary
 
@@ -62,6 +62,12 @@ class AdditionConfig(TaskConfig):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_switches(self):
+        check_switches(self, {"block_size": (self.loss_on != "answer",
+                                             "loss_on=stream or loss_on=packed")})
+        return self
+
     def validation_size(self) -> int:
         """Pairs wanted in the IID validation split: ``valid_size`` (default min(1000,
         test_size)), at most the pairs left over by train and test."""
@@ -69,7 +75,7 @@ class AdditionConfig(TaskConfig):
         return max(0, min(wanted, (10**self.digits) ** 2 - self.train_size - self.test_size))
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "test"] if self.validation_size() else ["test"]
+        return ["iid_valid", "iid_test"] if self.validation_size() else ["iid_test"]
 
 
 def digit_sum(values: np.ndarray) -> np.ndarray:
@@ -153,7 +159,7 @@ class AdditionTask(PromptAnswerTask):
             train = uniform_pairs(cfg.train_size, cfg.digits, rng, set(), distinct=False)
         exclude = set(map(tuple, train.tolist())) if cfg.test_disjoint else set()
         test = uniform_pairs(cfg.test_size, cfg.digits, rng, exclude, distinct=True)
-        self.pairs = {"train": train, "test": test}
+        self.pairs = {"train": train, "iid_test": test}
         splits = {name: self.encode_pairs(vocab, p) for name, p in self.pairs.items()}
         valid = self.validation_pairs(train, test, max(s.lengths.max() for s in splits.values()))
         if len(valid):
@@ -168,7 +174,7 @@ class AdditionTask(PromptAnswerTask):
 
     @property
     def eval_splits(self) -> list[str]:
-        return ["iid_valid", "test"] if "iid_valid" in self.splits else ["test"]
+        return ["iid_valid", "iid_test"] if "iid_valid" in self.splits else ["iid_test"]
 
     def validation_pairs(self, train: np.ndarray, test: np.ndarray, max_length: int) -> np.ndarray:
         """The IID validation pairs: distinct, uniformly drawn, in neither train nor test, no
@@ -250,7 +256,7 @@ class AdditionTask(PromptAnswerTask):
     def overlap_count(self) -> int:
         """Number of test pairs that also occur in training."""
         train = set(map(tuple, self.pairs["train"].tolist()))
-        return sum(tuple(p) in train for p in self.pairs["test"].tolist())
+        return sum(tuple(p) in train for p in self.pairs["iid_test"].tolist())
 
 
 @registry.register("task", "addition", AdditionConfig, "multi-digit addition (Lee et al.)")
@@ -291,7 +297,7 @@ def order_blind_ceiling_for_addition(task: AdditionTask) -> float:
     return order_blind_ceiling(prompts, answers)
 
 
-def full_length_prompts(task: AdditionTask, limit: int, split: str = "test") -> torch.Tensor:
+def full_length_prompts(task: AdditionTask, limit: int, split: str = "iid_test") -> torch.Tensor:
     """The first ``limit`` prompts of ``split`` that have the longest prompt length
     (every operand digit present), cut at the end of the prompt: one equal-length batch
     for probes such as permutation sensitivity and activation correlations."""

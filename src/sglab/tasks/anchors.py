@@ -19,7 +19,7 @@ Key split: a training sequence holds key x at position pos only when
 x mod (seq_len-2) != pos; test sequences have x mod (seq_len-2) == pos. Values are
 shared between the splits, (value, position) combinations are not.
 
-Splits: ``train``; ``test`` (the 15 seen pairs with test-split keys: generalization on
+Splits: ``train``; ``iid_test`` (the 15 seen pairs with test-split keys: generalization on
 data); ``unseen`` ((4,3) with keys from both key splits: generalization on task).
 Token ids equal the integers they stand for (id 0 is padding); the vocabulary holds
 ids 0..vocab_size-1 and must reach the largest target, 99+10 = 109.
@@ -63,7 +63,7 @@ class AnchorsConfig(TaskConfig):
                           "(the learning-rate x weight-decay study of the paper).")
 
     def evaluation_splits(self) -> list[str]:
-        return ["test", "unseen"]
+        return ["iid_test", "unseen"]
 
     def evaluation_metrics(self) -> list[str]:
         return [*super().evaluation_metrics(), "unseen/inferential", "unseen/symmetric"]
@@ -110,7 +110,7 @@ def make_sequences(pairs: torch.Tensor, keys: torch.Tensor, positions: torch.Ten
 
 class AnchorsTask(PromptAnswerTask):
     config: AnchorsConfig
-    eval_splits = ["test", "unseen"]
+    eval_splits = ["iid_test", "unseen"]
 
     def build(self):
         cfg = self.config
@@ -122,7 +122,7 @@ class AnchorsTask(PromptAnswerTask):
         self.symmetric_answers: dict[str, torch.Tensor] = {}
         splits = {
             "train": self._sample(seen, cfg.train_size, ["train"], generator),
-            "test": self._sample(seen, cfg.test_size, ["test"], generator),
+            "iid_test": self._sample(seen, cfg.test_size, ["test"], generator),
             "unseen": self._sample([UNSEEN_PAIR], cfg.unseen_size, ["train", "test"], generator),
         }
         keys = splits["unseen"].groups["key"]

@@ -7,7 +7,7 @@ of depth K is built top-down: the root operation gets one operand of depth K-1 (
 a random side) and one that becomes a further operation with probability
 ``subtree_probability`` at each level, else a digit; samples longer than
 ``max_tokens`` are rejected. Splits by depth, each balanced over its depths: train
-1-5, ``ood_valid`` 6 (model selection), ``test`` 7-8; ``iid_valid`` holds held-out
+1-5, ``ood_valid`` 6 (model selection), ``ood_test`` 7-8; ``iid_valid`` holds held-out
 expressions of training depths 2-5 (all 200 depth-1 expressions stay available to
 training).
 """
@@ -54,7 +54,7 @@ class ArithmeticConfig(TaskConfig):
         return self
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_valid", "test"]
+        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 def generate(depth: int, rng: np.random.Generator, p_subtree: float) -> tuple[str, int]:
@@ -85,7 +85,7 @@ def expression_depth(text: str) -> int:
 
 class ArithmeticTask(SequenceClassificationTask):
     config: ArithmeticConfig
-    eval_splits = ["iid_valid", "ood_valid", "test"]
+    eval_splits = ["iid_valid", "ood_valid", "ood_test"]
 
     def build(self):
         cfg = self.config
@@ -100,7 +100,7 @@ class ArithmeticTask(SequenceClassificationTask):
         train = self._sample(rng, cfg.train_depths, cfg.train_size, seen, distinct=False)
         splits = {"train": train, "iid_valid": iid}
         for name, depths, size in (("ood_valid", cfg.ood_valid_depths, cfg.ood_valid_size),
-                                   ("test", cfg.test_depths, cfg.test_size)):
+                                   ("ood_test", cfg.test_depths, cfg.test_size)):
             splits[name] = self._sample(rng, depths, size, set(), distinct=True)
         return vocab, {k: self._encode(vocab, v) for k, v in splits.items()}
 

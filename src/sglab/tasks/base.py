@@ -231,7 +231,7 @@ class SplitsTask(Task):
 class GeneratedSplitsTask(SplitsTask):
     """Builds its vocabulary and right-padded splits (with ``lengths``) once, from the config."""
 
-    eval_splits: list[str] = ["test"]
+    eval_splits: list[str] = ["ood_test"]
 
     def __init__(self, config: TaskConfig):
         self.config = config

@@ -12,7 +12,7 @@ equal share, and a length with fewer distinct sequences than its share gives the
 to the longer ones -- as the thesis code's deduplicating sampler does, App. D.4.1 --
 so that short compositions cannot be learned by rote), ``iid_valid``
 (lengths 2-5, sequences held out of training), ``ood_valid`` 6-8 (model selection)
-and ``test`` 9-10, each balanced over its lengths.
+and ``ood_test`` 9-10, each balanced over its lengths.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class CTLConfig(TaskConfig):
         return self
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_valid", "test"]
+        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 def sequence_codes(functions: np.ndarray, symbols: np.ndarray, n_functions: int,
@@ -93,7 +93,7 @@ def sequence_codes(functions: np.ndarray, symbols: np.ndarray, n_functions: int,
 
 class CTLTask(SequenceClassificationTask):
     config: CTLConfig
-    eval_splits = ["iid_valid", "ood_valid", "test"]
+    eval_splits = ["iid_valid", "ood_valid", "ood_test"]
 
     def build(self):
         cfg = self.config
@@ -139,7 +139,7 @@ class CTLTask(SequenceClassificationTask):
         self.boundary_ids = tuple(vocab.encode([BEGIN, END]))
         splits = {"train": self._encode(vocab, train), "iid_valid": self._encode(vocab, iid)}
         for name, (a, b), size in (("ood_valid", cfg.ood_valid_lengths, cfg.ood_valid_size),
-                                   ("test", cfg.test_lengths, cfg.test_size)):
+                                   ("ood_test", cfg.test_lengths, cfg.test_size)):
             lengths = list(range(a, b + 1))
             parts = [self._distinct(rng, length, n)
                      for length, n in zip(lengths, _split_evenly(size, len(lengths)))]

@@ -11,7 +11,7 @@ of them; among equal values the shallowest argument is taken -- and measures the
 depth of what remains. A sample of dependency depth K therefore really needs K
 levels of computation. Samples are built top-down with one argument of depth K-1
 that must be selected; splits are balanced over dependency depth: train 1-5,
-``ood_valid`` 6, ``test`` 7-8.
+``ood_valid`` 6, ``ood_test`` 7-8.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ListOpsConfig(TaskConfig):
         return self
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_valid", "test"]
+        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -124,7 +124,7 @@ def tokens(tree: Tree) -> list[str]:
 
 class ListOpsTask(SequenceClassificationTask):
     config: ListOpsConfig
-    eval_splits = ["iid_valid", "ood_valid", "test"]
+    eval_splits = ["iid_valid", "ood_valid", "ood_test"]
 
     def generate(self, depth: int, rng: np.random.Generator, budget: int) -> Tree | None:
         """A tree of dependency depth exactly ``depth`` with at most ``budget`` tokens, or None.
@@ -161,9 +161,9 @@ class ListOpsTask(SequenceClassificationTask):
         splits = {"iid_valid": self._sample(rng, cfg.train_depths, cfg.iid_valid_size, seen, True),
                   "train": self._sample(rng, cfg.train_depths, cfg.train_size, seen, False)}
         for name, depths, size in (("ood_valid", cfg.ood_valid_depths, cfg.ood_valid_size),
-                                   ("test", cfg.test_depths, cfg.test_size)):
+                                   ("ood_test", cfg.test_depths, cfg.test_size)):
             splits[name] = self._sample(rng, depths, size, set(), True)
-        order = ["train", "iid_valid", "ood_valid", "test"]
+        order = ["train", "iid_valid", "ood_valid", "ood_test"]
         return vocab, {k: self._encode(vocab, splits[k]) for k in order}
 
     def _sample(self, rng, depths, size, seen: set[str], distinct: bool):

@@ -14,7 +14,7 @@ split             arithmetic__add_or_sub               numbers__place_value
 ================  ===================================  =================================
 train             entropy ~ U[3, 10] (easy..hard)      2-9 digit integers
 iid_valid         interpolate: entropy ~ U[8, 10]      interpolate: 2-9 digits
-test              extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits (new
+ood_test          extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits (new
                   (the ``*_big`` modules)               place names: billions and up)
 ================  ===================================  =================================
 
@@ -53,8 +53,8 @@ PLACE_NAMES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundr
 MODULES = ("arithmetic__add_or_sub", "numbers__place_value")
 # (low, high) entropy for add_or_sub, digit counts for place_value
 DIFFICULTY = {
-    "arithmetic__add_or_sub": {"train": (3, 10), "iid_valid": (8, 10), "test": (12, 14)},
-    "numbers__place_value": {"train": (2, 9), "iid_valid": (2, 9), "test": (10, 12)},
+    "arithmetic__add_or_sub": {"train": (3, 10), "iid_valid": (8, 10), "ood_test": (12, 14)},
+    "numbers__place_value": {"train": (2, 9), "iid_valid": (2, 9), "ood_test": (10, 12)},
 }
 
 
@@ -128,11 +128,11 @@ class MathematicsConfig(Seq2SeqTaskConfig):
     eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "test"]
+        return ["iid_valid", "ood_test"]
 
 
 class MathematicsTask(Seq2SeqTask):
-    """Splits: ``train``, ``iid_valid`` (interpolate), ``test`` (extrapolate).
+    """Splits: ``train``, ``iid_valid`` (interpolate), ``ood_test`` (extrapolate).
 
     place_value evaluations also log exact match per place, per number length and for
     places that training questions ask about vs new ones (:meth:`example_groups`)."""
@@ -143,7 +143,7 @@ class MathematicsTask(Seq2SeqTask):
         cfg = self.config
         rng = np.random.default_rng(cfg.data_seed)
         held_out = {split: generate(cfg.module, split, cfg.eval_size, rng)
-                    for split in ("iid_valid", "test")}
+                    for split in ("iid_valid", "ood_test")}
         seen = {q for examples in held_out.values() for q, _ in examples}
         train = [e for e in generate(cfg.module, "train", cfg.train_size, rng) if e[0] not in seen]
         return {"train": train, **held_out}

@@ -4,7 +4,7 @@ Each loader reads a local directory holding the files in their published layout:
 
 * ``cogs`` (Kim & Linzen 2020, github.com/najoungkim/COGS ``data/``): ``train.tsv``,
   ``dev.tsv``, ``test.tsv``, ``gen.tsv``; lines ``sentence<TAB>logical form<TAB>type``.
-  Splits: train, iid_valid (dev), iid_test (test), test (gen: 21 generalization types).
+  Splits: train, iid_valid (dev), iid_test (test), ood_test (gen: 21 generalization types).
 * ``pcfg`` (Hupkes et al. 2020, github.com/i-machine-think/am-i-compositional
   ``data/pcfgset/<productivity|systematicity>/``): ``train.src``, ``train.tgt``,
   ``test.src``, ``test.tgt``; one space-tokenised sequence per line.
@@ -173,7 +173,7 @@ def read_cogs(directory: str | Path, download: bool = False,
     """Split -> (sentence, logical form, type) rows."""
     directory = fetch(directory, COGS, download, printer, verify_published)
     names = {"train": "train.tsv", "iid_valid": "dev.tsv", "iid_test": "test.tsv",
-             "test": "gen.tsv"}
+             "ood_test": "gen.tsv"}
     out = {}
     for split, name in names.items():
         rows = []
@@ -218,17 +218,17 @@ def pcfg_source(split: str) -> Source:
 def read_pcfg(directory: str | Path, split: str, download: bool = False,
               printer: Callable[[str], None] = print,
               verify_published: bool = True) -> dict[str, Pairs]:
-    """``directory`` holds ``<split>/train.src`` etc.; returns train and test pairs."""
+    """``directory`` holds ``<split>/train.src`` etc.; returns the train and ood_test pairs."""
     folder = fetch(Path(directory) / split, pcfg_source(split), download, printer,
                    verify_published)
     out = {}
-    for part in ("train", "test"):
+    for part, split_name in (("train", "train"), ("test", "ood_test")):
         sources = (folder / f"{part}.src").read_text().splitlines()
         targets = (folder / f"{part}.tgt").read_text().splitlines()
         if len(sources) != len(targets):
             raise SglabError(f"{folder}: {part}.src has {len(sources)} lines but {part}.tgt has "
                              f"{len(targets)}; the files must be line-aligned")
-        out[part] = [(s, t) for s, t in zip(sources, targets) if s.strip()]
+        out[split_name] = [(s, t) for s, t in zip(sources, targets) if s.strip()]
     return out
 
 
@@ -259,7 +259,7 @@ def read_cfq(directory: str | Path, split: str,
     records = json.loads((directory / "dataset.json").read_text())
     indices = json.loads((directory / "splits" / f"{split}.json").read_text())
     out = {}
-    for part, key in (("train", "trainIdxs"), ("ood_valid", "devIdxs"), ("test", "testIdxs")):
+    for part, key in (("train", "trainIdxs"), ("ood_valid", "devIdxs"), ("ood_test", "testIdxs")):
         try:
             out[part] = [(cfq_question(records[i]["questionPatternModEntities"]),
                           cfq_query(records[i]["sparqlPatternModEntities"])) for i in indices[key]]
@@ -284,7 +284,7 @@ class CogsConfig(PublishedConfig):
     name: Literal["cogs"] = "cogs"
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "iid_test", "test"]
+        return ["iid_valid", "iid_test", "ood_test"]
 
 
 class PcfgConfig(PublishedConfig):
@@ -292,7 +292,7 @@ class PcfgConfig(PublishedConfig):
     split: Literal["productivity", "systematicity"] = "productivity"
 
     def evaluation_splits(self) -> list[str]:
-        return ["test"]
+        return ["ood_test"]
 
 
 class CfqConfig(PublishedConfig):
@@ -301,7 +301,7 @@ class CfqConfig(PublishedConfig):
                                            "query_complexity_split, ...).")
 
     def evaluation_splits(self) -> list[str]:
-        return ["ood_valid", "test"]
+        return ["ood_valid", "ood_test"]
 
 
 class PublishedTask(Seq2SeqTask):

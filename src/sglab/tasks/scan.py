@@ -133,21 +133,22 @@ def _add_primitive(examples: tuple[Example, ...], primitive: str) -> dict[str, l
     test = [e for e in examples if contains.search(e[0]) and e[0] != primitive]
     base = [e for e in examples if not contains.search(e[0])]
     copies = round(len(base) / 9)  # copies / (len(base) + copies) = 10%
-    return {"train": base + [bare] * copies, "test": test}
+    return {"train": base + [bare] * copies, "ood_test": test}
 
 
 def build_split(name: str, seed: int = 0) -> dict[str, list[Example]]:
-    """The examples of a named split: ``train``, ``test`` and (cutoff splits) ``iid_valid``."""
+    """The examples of a named split: ``train``, the test split (``iid_test`` for the random
+    ``simple`` split, else ``ood_test``) and (cutoff splits) ``iid_valid``."""
     examples = all_examples()
     rng = np.random.default_rng(seed)
     if name == "simple":
         order = rng.permutation(len(examples))
         n_train = int(0.8 * len(examples))
         return {"train": [examples[i] for i in order[:n_train]],
-                "test": [examples[i] for i in order[n_train:]]}
+                "iid_test": [examples[i] for i in order[n_train:]]}
     if name == "length":
         return {"train": [e for e in examples if _n_actions(e) <= LENGTH_SPLIT_MAX_ACTIONS],
-                "test": [e for e in examples if _n_actions(e) > LENGTH_SPLIT_MAX_ACTIONS]}
+                "ood_test": [e for e in examples if _n_actions(e) > LENGTH_SPLIT_MAX_ACTIONS]}
     if name == "addprim_jump":
         return _add_primitive(examples, "jump")
     if name == "addprim_turn_left":
@@ -158,7 +159,7 @@ def build_split(name: str, seed: int = 0) -> dict[str, list[Example]]:
     n_valid = int(0.1 * len(pool))
     return {"train": [pool[i] for i in sorted(order[n_valid:])],
             "iid_valid": [pool[i] for i in sorted(order[:n_valid])],
-            "test": [e for e in examples if _n_actions(e) > cutoff]}
+            "ood_test": [e for e in examples if _n_actions(e) > cutoff]}
 
 
 def parse_cutoff(name: str) -> int:
@@ -193,7 +194,9 @@ class ScanConfig(Seq2SeqTaskConfig):
         return value
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "test"] if self.split.startswith("cutoff_") else ["test"]
+        if self.split == "simple":
+            return ["iid_test"]
+        return ["iid_valid", "ood_test"] if self.split.startswith("cutoff_") else ["ood_test"]
 
 
 class ScanTask(Seq2SeqTask):
@@ -207,7 +210,7 @@ class ScanTask(Seq2SeqTask):
 
     @property
     def eval_splits(self) -> list[str]:
-        return [s for s in ("iid_valid", "test") if s in self.splits]
+        return [s for s in ("iid_valid", "iid_test", "ood_test") if s in self.splits]
 
 
 @registry.register("task", "scan", ScanConfig, "SCAN commands -> actions (Lake & Baroni), "

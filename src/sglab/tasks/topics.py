@@ -21,7 +21,7 @@ the authors' code; then p_c and p_r cannot reach a one-layer model's output).
 
 Training documents are drawn afresh for every batch (``train_documents: null``, the
 population objective of the theory) or sampled from a fixed set; masks are drawn
-afresh for every batch. The held-out ``test`` documents and their masks are fixed by
+afresh for every batch. The held-out ``iid_test`` documents and their masks are fixed by
 ``data_seed``. Generation is vectorised numpy, seeded from the trainer's torch
 generator so that a resumed run replays the same batches.
 """
@@ -36,7 +36,7 @@ import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
+from sglab.config import TaskConfig, check_switches
 from sglab.errors import SglabError
 from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary, target_loss
 
@@ -83,10 +83,18 @@ class TopicsConfig(TaskConfig):
                              f"(got {self.keep_probability} + {self.random_probability})")
         return self
 
+    @model_validator(mode="after")
+    def _check_switches(self):
+        check_switches(self, {
+            "topics_per_document": (self.mixture == "uniform_subset", "mixture=uniform_subset"),
+            "dirichlet_alpha": (self.mixture == "dirichlet", "mixture=dirichlet"),
+        })
+        return self
+
     split_metrics: ClassVar[tuple[str, ...]] = ("loss", "squared_loss", "accuracy", "in_document")
 
     def evaluation_splits(self) -> list[str]:
-        return ["test"]
+        return ["iid_test"]
 
 
 @dataclass
@@ -155,7 +163,7 @@ def corrupt(config: TopicsConfig, docs: Documents, rng: np.random.Generator,
 class TopicsTask(Task):
     """Masked language modelling on topic-model documents; scored on held-out documents."""
 
-    eval_splits = ["test"]
+    eval_splits = ["iid_test"]
 
     def __init__(self, config: TopicsConfig):
         self.config = config
@@ -166,9 +174,9 @@ class TopicsTask(Task):
         self.topic_of[FIRST_WORD:] = torch.arange(T * v) // v
         self.word_ids = torch.arange(FIRST_WORD, FIRST_WORD + T * v)
         seed = config.data_seed
-        self.documents = {"test": sample_documents(config, config.eval_documents,
+        self.documents = {"iid_test": sample_documents(config, config.eval_documents,
                                                    np.random.default_rng([seed, 1]))}
-        self.eval_batches = {"test": corrupt(config, self.documents["test"],
+        self.eval_batches = {"iid_test": corrupt(config, self.documents["iid_test"],
                                              np.random.default_rng([seed, 2]), len(self.vocab))}
         if config.train_documents is not None:
             self.documents["train"] = sample_documents(config, config.train_documents,
@@ -213,7 +221,7 @@ class TopicsTask(Task):
         held-out documents, with their fixed masks; ``in_document``: the predicted word
         occurs in the (uncorrupted) document."""
         if split not in self.eval_batches:
-            raise SglabError(f"task topics has no evaluation split {split!r}; splits: test")
+            raise SglabError(f"task topics has no evaluation split {split!r}; splits: iid_test")
         data, docs = self.eval_batches[split], self.documents[split]
         n = len(docs) if max_examples is None else min(len(docs), max_examples)
         sums = {"loss": 0.0, "squared_loss": 0.0, "accuracy": 0.0, "in_document": 0.0}

@@ -174,16 +174,17 @@ def torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
 SELECTION_METRICS = ("exact_match", "accuracy")
 
 
-def selection_split(cfg, task) -> str | None:
+def selection_split(config, task) -> str | None:
     """The split that picks the best checkpoint (see ``train.select_on``); None: no split
     fits (no checkpoint is selected)."""
+    cfg = config.train
     splits = list(task.eval_splits)
     if cfg.select_on is not None:
         if cfg.select_on not in splits:
             raise SglabError(f"train.select_on={cfg.select_on!r} is not an evaluation split of "
                              f"task {task.config.name!r}; its splits: {', '.join(splits)}")
         return cfg.select_on
-    target_split = cfg.target_metric.split("/", 1)[0]
+    target_split = (config.target_metric() or "").split("/", 1)[0]
     if "valid" in target_split and target_split in splits:
         return target_split
     return "iid_valid" if "iid_valid" in splits else None
@@ -306,7 +307,7 @@ class Trainer:
             tasks[task_key] = build_task(config.task)
             tasks[task_key].check_model(config.model)
         task = tasks[task_key]
-        self.select_on = selection_split(config.train, task)
+        self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)
         model = build_model(config.model, len(task.vocab), task.max_length).to(device)
         optimizer = make_optimizer(model, config.train, device)
@@ -361,7 +362,7 @@ class Trainer:
             "task": self.config.task.name, "model": self.config.model.name,
             "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
             "vocab_size": len(task.vocab), "max_length": task.max_length,
-            "select_on": self.select_on,
+            "select_on": self.select_on, "target_metric": self.config.target_metric(),
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
         }
@@ -423,8 +424,8 @@ class Trainer:
             save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
                             {"step": record["step"], "model": model.state_dict(),
                              "config_hash": self.config.config_hash()})
-        metric = cfg.target_metric
-        if target is None and record.get(metric, -math.inf) >= cfg.target_threshold:
+        metric = self.config.target_metric()
+        if target is None and metric is not None and record.get(metric, -math.inf) >= cfg.target_threshold:
             target = {"metric": metric, "threshold": cfg.target_threshold,
                       "step": record["step"], "seconds": record["seconds"]}
         return best, target, self.should_stop(record)
