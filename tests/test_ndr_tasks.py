@@ -23,7 +23,7 @@ def _texts(task, split):
 def test_ctl_splits_by_length_balanced_and_labels_follow_the_tables():
     task = _task("ctl", train_size=3000)
     lengths = {name: collections.Counter(task.split(name).groups["length"].tolist())
-               for name in task.split_names}
+               for name in task.splits}
     assert set(lengths["train"]) == {1, 2, 3, 4, 5}
     assert set(lengths["ood_valid"]) == {6, 7, 8} and set(lengths["ood_test"]) == {9, 10}
     train = task.split("train")

@@ -193,10 +193,6 @@ class Task(ABC):
     config: TaskConfig
     vocab: Vocabulary
 
-    @property
-    @abstractmethod
-    def split_names(self) -> list[str]: ...
-
     @abstractmethod
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch: ...
 
@@ -217,10 +213,6 @@ class SplitsTask(Task):
     """A task whose examples live in a dict of named splits (``self.splits``)."""
 
     splits: dict
-
-    @property
-    def split_names(self) -> list[str]:
-        return list(self.splits)
 
     def split(self, name: str):
         if name not in self.splits:

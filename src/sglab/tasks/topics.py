@@ -175,16 +175,13 @@ class TopicsTask(Task):
         self.word_ids = torch.arange(FIRST_WORD, FIRST_WORD + T * v)
         seed = config.data_seed
         self.documents = {"iid_test": sample_documents(config, config.eval_documents,
-                                                   np.random.default_rng([seed, 1]))}
+                                                       np.random.default_rng([seed, 1]))}
         self.eval_batches = {"iid_test": corrupt(config, self.documents["iid_test"],
-                                             np.random.default_rng([seed, 2]), len(self.vocab))}
+                                                 np.random.default_rng([seed, 2]),
+                                                 len(self.vocab))}
         if config.train_documents is not None:
             self.documents["train"] = sample_documents(config, config.train_documents,
                                                        np.random.default_rng([seed, 0]))
-
-    @property
-    def split_names(self) -> list[str]:
-        return list(self.documents)
 
     @property
     def max_length(self) -> int:
