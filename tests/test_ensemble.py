@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from sglab.cli import main
+from sglab.config import build_run_config
 from sglab.store import RunStore
 from sglab.train.ensemble import EnsembleTrainer, ensemble_key
 from sglab.train.loop import Trainer, execution_run_id, load_trained
@@ -70,7 +71,10 @@ def test_ensemble_key_groups_only_compatible_runs():
     assert ensemble_key(a) == ensemble_key(b) == ensemble_key(c)
     wider = tiny_config("model.d_model=32")
     assert ensemble_key(wider) != ensemble_key(a)
-    assert ensemble_key(tiny_config("model.dropout=0.1")) is None
+    dropout = tiny_config("model.dropout=0.1")
+    assert ensemble_key(dropout) is not None and ensemble_key(dropout) != ensemble_key(a)
+    lstm = {"task": {"name": "ctl"}, "model": {"name": "lstm", "n_layers": 2, "dropout": 0.1}}
+    assert ensemble_key(build_run_config(lstm)) is None  # nn.LSTM draws its own masks
 
 
 class Interrupted(Exception):

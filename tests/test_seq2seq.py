@@ -239,10 +239,3 @@ def test_seq2seq_model_on_a_language_model_task_is_a_clear_error(tmp_path):
     config = build_run_config({"model": {"name": "seq2seq"}}, ["train.steps=1"])
     with pytest.raises(SglabError, match="sequence-to-sequence task"):
         Trainer(config, tmp_path, printer=None).run()
-
-
-def test_encoder_decoder_runs_never_join_an_ensemble():
-    from sglab.train.ensemble import ensemble_key
-
-    assert ensemble_key(_config("seed=1")) is None
-    assert ensemble_key(build_run_config({}, ["model.dropout=0.0"])) is not None

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 from sglab.models.relative import relative_sinusoids
 
@@ -37,7 +38,7 @@ class AbsRelGatedAttention(nn.Module):
         self.position_bias = nn.Parameter(torch.zeros(n_heads, 1, self.head_dim))  # b_qP
         self.switch = nn.Linear(d_model, n_heads)                   # W_ar, b_ar
         self.scale = nn.Parameter(torch.tensor(1.0 / math.sqrt(self.head_dim)))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pattern = HookPoint()
         self.relative_share = HookPoint()  # r_i per head, [batch, heads, N]
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglab.models.dropout import apply_dropout
 from sglab.models.hookpoint import HookPoint
 
 
@@ -97,7 +98,7 @@ class SelfAttention(nn.Module):
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             probs = self.pattern(scores.softmax(-1))
-            y = F.dropout(probs, dropout, self.training) @ v
+            y = apply_dropout(probs, dropout, self.training) @ v
         else:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=self.causal and mask is None
@@ -159,12 +160,12 @@ class CrossAttention(nn.Module):
                                            self.head_dim).permute(2, 0, 3, 1, 4)
         mask = None if memory_mask is None else memory_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
-        if self.pattern.is_watched:
+        if self.pattern.is_watched or _inside_vmap(q):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             probs = self.pattern(scores.softmax(-1))
-            y = F.dropout(probs, dropout, self.training) @ v
+            y = apply_dropout(probs, dropout, self.training) @ v
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.out(y.transpose(1, 2).reshape(batch, length, width))

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 
 
@@ -83,7 +84,7 @@ class GeometricAttention(nn.Module):
         self.alpha = nn.Parameter(torch.tensor(1.0 / math.sqrt(self.head_dim)))
         self.beta = nn.Parameter(torch.tensor(1.0))
         self.gamma = nn.Parameter(torch.tensor(0.0))
-        self.dropout = nn.Dropout(dropout)  # on the content keys only, never the directions
+        self.dropout = Dropout(dropout)  # on the content keys only, never the directions
         self.normalize = normalize
         self.pattern = HookPoint()
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglab.models.attention import SelfAttention
+from sglab.models.dropout import apply_dropout
 
 
 def relative_sinusoids(distances: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -75,7 +76,7 @@ class RelativeSelfAttention(SelfAttention):
         if key_padding_mask is not None:
             scores = scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
         probs = self.pattern(scores.softmax(-1))
-        y = F.dropout(probs, self.dropout, self.training) @ v
+        y = apply_dropout(probs, self.dropout, self.training) @ v
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
 

@@ -18,6 +18,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from sglab import registry
 from sglab.config import ModelConfig
+from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 
 
@@ -50,7 +51,7 @@ class LSTMClassifier(nn.Module):
         self.lstm = nn.LSTM(hidden, hidden, config.n_layers, batch_first=True,
                             bidirectional=config.bidirectional,
                             dropout=config.dropout if config.n_layers > 1 else 0.0)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.final = HookPoint()
         self.head = nn.Linear(config.d_model, vocab_size)
         self.hidden = hidden

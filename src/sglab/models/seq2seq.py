@@ -45,6 +45,7 @@ from torch import nn
 from sglab import registry
 from sglab.config import ModelConfig, check_switches
 from sglab.errors import SglabError
+from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 from sglab.models.positional import sinusoidal_table
 from sglab.models.transformer import Block, TransformerConfig
@@ -134,7 +135,7 @@ class Seq2SeqTransformer(nn.Module):
                                  persistent=False)
         else:
             self.positions = None
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.source_embed, self.target_embed, self.final = HookPoint(), HookPoint(), HookPoint()
         self._init_weights()
 

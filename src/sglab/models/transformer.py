@@ -48,6 +48,7 @@ from sglab.errors import SglabError
 from sglab.models.abs_rel import AbsRelGatedAttention
 from sglab.models.act import AdaptiveHalting
 from sglab.models.attention import CrossAttention, SelfAttention
+from sglab.models.dropout import Dropout
 from sglab.models.geometric import GeometricAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
@@ -209,7 +210,7 @@ class MLP(nn.Module):
         self.out = nn.Linear(d_ff, d_model, bias=bias)
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.hidden = HookPoint()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x):
         return self.drop(self.out(self.hidden(self.act(self.up(x)))))
@@ -251,7 +252,7 @@ class Block(nn.Module):
         self.attn = make_attention(config, rotary)
         self.mlp = (MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
                         config.activation, config.dropout) if has_mlp else None)
-        self.resid_drop = nn.Dropout(config.dropout)
+        self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
         self.cross_attn = (CrossAttention(config.d_model, config.n_heads, config.bias,
@@ -300,7 +301,7 @@ class FeedForward(nn.Module):
         self.out = nn.Linear(d_hidden, d_in)
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.hidden = HookPoint()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x):
         return self.out(self.drop(self.hidden(self.act(self.up(x)))))
@@ -339,7 +340,7 @@ class CopyGateBlock(nn.Module):
         self.gate_ffn = FeedForward(d, d, config.dropout, activation)
         self.gate_dropout = config.gate_dropout
         self.gate_bias_init = config.copy_gate_bias_init
-        self.resid_drop = nn.Dropout(config.dropout)
+        self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid, self.mlp_out = HookPoint(), HookPoint(), HookPoint()
         self.gate, self.resid_post = HookPoint(), HookPoint()
         self.reset_gate_bias()
@@ -426,7 +427,7 @@ class Transformer(nn.Module):
         rotary = (Rotary(config.d_model // config.n_heads, max_len)
                   if config.pos_encoding == "rotary" else None)
         self.embed = HookPoint()
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         make_block = (lambda i: CopyGateBlock(config, rotary)) if config.copy_gate else (
             lambda i: Block(config, i, rotary))
         if config.shared_layers:

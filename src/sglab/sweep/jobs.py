@@ -17,7 +17,8 @@ from pathlib import Path
 
 from sglab.config import RunConfig
 
-MAX_ENSEMBLE_MEMBERS = 8
+MAX_ENSEMBLE_MEMBERS = 8  # on a CPU
+MAX_GPU_ENSEMBLE_MEMBERS = 64
 
 
 def available_cores() -> int:
@@ -28,14 +29,80 @@ def available_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+def ensembles_pay_off(config: RunConfig) -> bool:
+    """Whether batching this run with others is worth it on the device it trains on. On a
+    GPU always (small models leave it launch-bound). On a CPU only without dropout and
+    for decoder-only models: the stacked step saves little there, and lone runs keep the
+    exact dropout masks and run ids of a lone run."""
+    import torch
+
+    from sglab.models.dropout import dropout_fields_on
+
+    device = config.train.device
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return on_gpu or not (dropout_fields_on(config.model)
+                          or getattr(config.model, "encoder_decoder", False))
+
+
+def members_for_memory(member_bytes: int, budget_bytes: int,
+                       cap: int = MAX_GPU_ENSEMBLE_MEMBERS) -> int:
+    """How many members of ``member_bytes`` each fit in ``budget_bytes`` (at least 1, at
+    most ``cap``)."""
+    return max(1, min(cap, budget_bytes // max(member_bytes, 1)))
+
+
+def estimated_member_bytes(config: RunConfig, parameters: int, tokens_per_step: int) -> int:
+    """A member's training memory: fp32 weights, gradients and two Adam moments (16 bytes a
+    parameter) plus activations (about 16 floats of width d_model per token and layer,
+    attention patterns not counted)."""
+    width = getattr(config.model, "d_model", 256)
+    layers = getattr(config.model, "n_layers", 1) * getattr(config.model, "steps_factor", 1)
+    return 16 * parameters + 4 * 16 * width * layers * tokens_per_step
+
+
+def gpu_member_limits(configs: list[RunConfig], workers: int,
+                      printer=print) -> dict[str, int] | int:
+    """Ensemble sizes for a sweep on a GPU: per ensemble key, as many members as fit in the
+    free GPU memory shared by ``workers`` (estimated from one member's parameters and
+    tokens per step, :func:`estimated_member_bytes`). On a CPU: ``MAX_ENSEMBLE_MEMBERS``."""
+    import torch
+
+    from sglab.train.ensemble import ensemble_key
+
+    if not torch.cuda.is_available() or not any(c.train.device != "cpu" for c in configs):
+        return MAX_ENSEMBLE_MEMBERS
+    from sglab.models import build_model
+    from sglab.tasks import build_task
+
+    budget = int(0.8 * torch.cuda.mem_get_info()[0] / max(workers, 1))
+    limits: dict[str, int] = {}
+    for config in configs:
+        key = ensemble_key(config)
+        if key is None or key in limits:
+            continue
+        task = build_task(config.task)
+        with torch.device("meta"):
+            model = build_model(config.model, len(task.vocab), task.max_length)
+        parameters = sum(p.numel() for p in model.parameters())
+        member = estimated_member_bytes(config, parameters,
+                                        config.train.batch_size * task.max_length)
+        limits[key] = members_for_memory(member, budget)
+        printer(f"sweep: {config.model.name} ({parameters:,} parameters, ~{member / 2**20:.0f} "
+                f"MiB a member): up to {limits[key]} members per ensemble in "
+                f"{budget / 2**30:.1f} GiB of GPU memory per worker")
+    return limits
+
+
 def executions(configs: list[RunConfig], ensemble: bool) -> list[str]:
     """How a sweep trains each config: as an ensemble member when another config of the
-    sweep shares its :func:`ensemble_key` (also when the planner then splits the group so
-    that a job holds one member), else alone. It depends on the sweep's configs only,
+    sweep shares its :func:`ensemble_key` and ensembles pay off on its device
+    (:func:`ensembles_pay_off`; also when the planner then splits the group so that a job
+    holds one member), else alone. It depends on the sweep's configs and the device kind,
     never on the number of workers, and so does every run id."""
     from sglab.train.ensemble import ensemble_key
 
-    keys = [ensemble_key(config) if ensemble else None for config in configs]
+    keys = [ensemble_key(config) if ensemble and ensembles_pay_off(config) else None
+            for config in configs]
     sizes = Counter(key for key in keys if key is not None)
     return ["ensemble" if key is not None and sizes[key] > 1 else "alone" for key in keys]
 
@@ -59,11 +126,13 @@ def _is_finished(run_id: str, runs_dir: Path) -> bool:
 
 
 def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = True,
-              min_jobs: int = 1, max_members: int = MAX_ENSEMBLE_MEMBERS) -> list[list[int]]:
+              min_jobs: int = 1,
+              max_members: int | dict[str, int] = MAX_ENSEMBLE_MEMBERS) -> list[list[int]]:
     """Group config indices into jobs.
 
     Unfinished runs with equal :func:`ensemble_key` form ensembles of at most
-    ``max_members``; the largest ensembles are split until there are at least
+    ``max_members`` (one number, or one per ensemble key: :func:`gpu_member_limits`); the
+    largest ensembles are split until there are at least
     ``min_jobs`` jobs (so that every worker has work). Finished runs become jobs of
     their own (they are only re-recorded, which is instant).
     """
@@ -78,8 +147,12 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
             jobs.append([i])
         else:
             groups.setdefault(ensemble_key(config), []).append(i)
-    for members in groups.values():
-        n_chunks = -(-len(members) // max_members)
+    if isinstance(max_members, dict):  # per group (e.g. sized for GPU memory)
+        limits = {key: max_members.get(key, MAX_ENSEMBLE_MEMBERS) for key in groups}
+    else:
+        limits = {key: max_members for key in groups}
+    for key, members in groups.items():
+        n_chunks = -(-len(members) // limits[key])
         if n_chunks > 1:  # split anyway: into a multiple of the workers, so none idles
             n_chunks = -(-n_chunks // min_jobs) * min_jobs
         jobs.extend(members[c::n_chunks] for c in range(n_chunks))

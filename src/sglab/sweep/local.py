@@ -25,7 +25,15 @@ from pathlib import Path
 
 from sglab.config import RunConfig
 from sglab.store import RunStore
-from sglab.sweep.jobs import available_cores, describe_jobs, executions, plan_jobs, run_job, summary_line
+from sglab.sweep.jobs import (
+    available_cores,
+    describe_jobs,
+    executions,
+    gpu_member_limits,
+    plan_jobs,
+    run_job,
+    summary_line,
+)
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -74,7 +82,8 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
     """Train every config (skipping finished ones); returns summaries in input order."""
     runs_dir = str(runs_dir)
     cores = available_cores()
-    jobs = plan_jobs(configs, runs_dir, ensemble=ensemble, min_jobs=workers or cores)
+    jobs = plan_jobs(configs, runs_dir, ensemble=ensemble, min_jobs=workers or cores,
+                     max_members=gpu_member_limits(configs, workers or 1, printer))
     workers, threads, why = plan_placement(len(jobs), workers, threads)
     printer(f"sweep: {len(configs)} runs as {describe_jobs(jobs)}; "
             f"{workers} worker(s) x {threads} thread(s) ({why})")

@@ -19,8 +19,11 @@ updates it would get alone:
   single-run checkpoint, so any member can later be resumed on its own.
 
 A member that finishes (its last step, or early stop) leaves the ensemble and the
-others go on. Dropout is not supported in ensembles (its random masks would differ
-from a lone run's); such runs are trained one by one.
+others go on. Dropout (attention, residual, gate, ...) draws each member's masks from
+that member's own seed (:mod:`sglab.models.dropout`): equal seeds give equal masks, and
+a member with dropout equals its lone run statistically, not bitwise (its summary says
+so). Encoder-decoder models stack the source and its mask per member as well. Without
+dropout a member equals its lone run to float rounding.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
+from sglab.models.dropout import dropout_fields_on, member_masks
 from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
 from sglab.train.lock import RunLock
 from sglab.train.loop import Trainer, pop_aux_loss, resolve_device, torch_threads
@@ -51,10 +55,9 @@ MEMBER_FIELDS = (
 
 def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
-    random = [name for name, value in config.model if name.endswith("dropout") and value]
-    if random or config.train.compile:  # dropout, attention_dropout, gate_dropout, ...
+    if config.train.compile:
         return None
-    if getattr(config.model, "encoder_decoder", False):  # the stacked forward has no source
+    if config.model.name == "lstm" and dropout_fields_on(config.model):  # nn.LSTM draws its own masks
         return None
     data = config.to_dict()
     for path in MEMBER_FIELDS:
@@ -71,6 +74,10 @@ def _pad_and_stack(batches: list[Batch]) -> Batch:
     rows = max(b.input_ids.shape[0] for b in batches)
     width = max(b.input_ids.shape[1] for b in batches)
     has_mask = any(b.key_padding_mask is not None for b in batches)
+    sources = None
+    if batches[0].source_ids is not None:  # encoder-decoder: stack the encoder inputs too
+        sources = _pad_and_stack([Batch(b.source_ids, torch.full_like(b.source_ids, IGNORE),
+                                        b.source_mask) for b in batches])
     ids, targets, masks = [], [], []
     for b in batches:
         r, w = b.input_ids.shape
@@ -82,7 +89,9 @@ def _pad_and_stack(batches: list[Batch]) -> Batch:
             mask = torch.nn.functional.pad(mask, (0, width - w, 0, rows - r), value=False)
             mask[r:, 0] = True  # filler rows see one key, so their (ignored) outputs stay finite
             masks.append(mask)
-    return Batch(torch.stack(ids), torch.stack(targets), torch.stack(masks) if has_mask else None)
+    return Batch(torch.stack(ids), torch.stack(targets), torch.stack(masks) if has_mask else None,
+                 source_ids=None if sources is None else sources.input_ids,
+                 source_mask=None if sources is None else sources.key_padding_mask)
 
 
 class EnsembleTrainer:
@@ -93,7 +102,7 @@ class EnsembleTrainer:
         keys = {ensemble_key(c) for c in configs}
         if None in keys or len(keys) != 1:
             raise ValueError("ensemble members must share everything but the member fields "
-                             f"{['.'.join(p) for p in MEMBER_FIELDS]} and use no dropout")
+                             f"{['.'.join(p) for p in MEMBER_FIELDS]} (and not compile)")
         self.configs = configs
         self.runs_dir = Path(runs_dir)
         self.store = store
@@ -164,9 +173,13 @@ class StackedStep:
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                          if cfg.precision == "bf16" and self.device.type == "cuda" else nullcontext())
 
-    def _member_forward(self, params, constants, input_ids, key_padding_mask):
-        logits = functional_call(self.template, (params, constants), (input_ids,),
-                                 {"key_padding_mask": key_padding_mask})
+    def _member_forward(self, params, constants, input_ids, key_padding_mask, source_ids,
+                        source_mask, seed, step):
+        inputs = {"key_padding_mask": key_padding_mask}
+        if source_ids is not None:
+            inputs.update(source_ids=source_ids, source_mask=source_mask)
+        with member_masks(seed, step):  # dropout masks from this member's own seed
+            logits = functional_call(self.template, (params, constants), (input_ids,), inputs)
         aux_loss = pop_aux_loss(self.template)  # read inside vmap: one value per member
         return logits, (torch.zeros((), device=logits.device) if aux_loss is None else aux_loss)
 
@@ -175,11 +188,16 @@ class StackedStep:
         batches = [run.task.train_batch(run.cfg.batch_size, run.generator, self.causal)
                    for run in runs]
         batch = _pad_and_stack(batches).to(self.device)
-        in_dims = (0, 0, 0, 0 if batch.key_padding_mask is not None else None)
+        optional = lambda t: None if t is None else 0
+        in_dims = (0, 0, 0, optional(batch.key_padding_mask), optional(batch.source_ids),
+                   optional(batch.source_mask), 0, 0)
+        seeds = torch.tensor([run.trainer.config.seed for run in runs], device=self.device)
+        steps = torch.tensor([run.step for run in runs], device=self.device)
         stack = self.stack
         with self.autocast:
             logits, aux_losses = vmap(self._member_forward, in_dims=in_dims)(
-                stack.params, stack.constants, batch.input_ids, batch.key_padding_mask)
+                stack.params, stack.constants, batch.input_ids, batch.key_padding_mask,
+                batch.source_ids, batch.source_mask, seeds, steps)
         losses = torch.stack([target_loss(logits[k], batch.targets[k], run.cfg.loss)
                               for k, run in enumerate(runs)]) + aux_losses
         stack.zero_grad()

@@ -21,6 +21,7 @@ from sglab.config import RunConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
 from sglab.io import atomic_write_json, atomic_write_text
 from sglab.models import build_model
+from sglab.models.dropout import dropout_fields_on
 from sglab.names import match_names
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
@@ -366,6 +367,9 @@ class Trainer:
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
         }
+        if self.execution == "ensemble" and dropout_fields_on(self.config.model):
+            base["dropout_masks"] = ("drawn from this member's seed by a counter-based generator: "
+                                     "statistically, not bitwise, equal to the lone run")
         self._write_summary({**base, "status": "running", "step": step})
         self.print(f"[{self.run_id}] {n_params:,} parameters on {device} "
                    f"({torch.get_num_threads()} threads), {cfg.steps} steps")

@@ -1,0 +1,93 @@
+"""Dropout whose masks an ensemble member draws from its own seed.
+
+A lone run uses ``torch.nn.functional.dropout`` (the global generator, seeded by the
+Trainer). Inside :func:`member_masks` -- the ensemble's vmapped forward -- every dropout
+site instead draws its mask from a counter-based generator keyed by (the member's seed,
+the training step, the call's number within the forward pass, the element's index):
+a pure function of tensors, so it runs under ``torch.func.vmap`` with a different key
+per member. Two members with equal seeds get equal masks, members with different seeds
+independent ones. The masks differ from the lone run's (another generator), so an
+ensemble member with dropout equals its lone run statistically, not bitwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class _MaskKey:
+    seed: torch.Tensor  # int64 scalar (a member's slice inside vmap)
+    step: torch.Tensor  # int64 scalar
+    calls: list[int] = field(default_factory=lambda: [0])
+
+
+_KEY: ContextVar[_MaskKey | None] = ContextVar("sglab_member_masks", default=None)
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mix (int64 tensors holding values below 2**32)."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    return (x >> 16) ^ x
+
+
+def keyed_uniform(seed: torch.Tensor, step: torch.Tensor, call: int, shape: torch.Size,
+                  device) -> torch.Tensor:
+    """Uniform floats in [0, 1) of ``shape``, a pure function of (seed, step, call, index)."""
+    index = torch.arange(int(torch.Size(shape).numel()), device=device, dtype=torch.int64)
+    key = _hash32((seed.to(device) & _MASK32) ^ 0x9E3779B9)
+    key = _hash32(key ^ (step.to(device) & _MASK32))
+    key = _hash32(key ^ call)
+    bits = _hash32(_hash32(index ^ key) + key & _MASK32)
+    return ((bits >> 8).to(torch.float32) / float(1 << 24)).view(shape)
+
+
+@contextlib.contextmanager
+def member_masks(seed: torch.Tensor, step: torch.Tensor) -> Iterator[None]:
+    """Within the block, dropout draws its masks from (``seed``, ``step``)."""
+    token = _KEY.set(_MaskKey(seed.long(), step.long()))
+    try:
+        yield
+    finally:
+        _KEY.reset(token)
+
+
+def dropout_fields_on(model_config) -> list[str]:
+    """The model's dropout fields (dropout, attention_dropout, gate_dropout, ...) that are on."""
+    return [name for name, value in model_config if name.endswith("dropout") and value]
+
+
+def drawing_member_masks() -> bool:
+    return _KEY.get() is not None
+
+
+def apply_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout``, or inside :func:`member_masks` the same with a keyed mask."""
+    key = _KEY.get()
+    if key is None or not training or p == 0:
+        return F.dropout(x, p, training)
+    call = key.calls[0]
+    key.calls[0] += 1
+    keep = keyed_uniform(key.seed, key.step, call, x.shape, x.device) >= p
+    return x * keep.to(x.dtype) / (1 - p)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` that follows :func:`apply_dropout`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return apply_dropout(x, self.p, self.training)
+
+
+__all__ = ["Dropout", "apply_dropout", "drawing_member_masks", "dropout_fields_on", "keyed_uniform",
+           "member_masks"]
