@@ -248,6 +248,36 @@ def test_tiny_random_bert_via_model_path_end_to_end(tiny, tmp_path):
     assert (tmp_path / "cache").is_dir()  # the LDA cache beside the output
 
 
+def test_attention_sums_on_gathered_topic_positions_equal_the_full_computation(tiny):
+    from sglab.analysis.pretrained import (
+        attention_sums,
+        encode_passages,
+        load_pretrained,
+        membership_table,
+    )
+
+    loaded = load_pretrained(tiny / "bert")
+    passages = [t.split() for t in topic_texts(6, 40, seed=1, mixed=True)]
+    encoded = encode_passages(loaded.tokenizer, passages, window=32)
+    assert encoded.input_ids.shape == (6, 32)  # [CLS] + 30 words + [SEP]: the rest cut off
+    topics = {w: 0 for w in ANIMALS[:3]} | {w: 1 for w in SPACE[:3]}
+    membership = np.eye(2, dtype=bool)[list(topics.values())]
+    tables = [membership_table(encoded, list(topics), membership),
+              membership_table(encoded, list(topics), np.ones_like(membership))]
+    found = attention_sums(loaded.model, encoded, tables, batch_size=4)
+    with torch.no_grad():
+        patterns = torch.cat(list(loaded.model(input_ids=encoded.input_ids,
+                                               output_attentions=True).attentions), dim=1)
+    items = encoded.position_word.clone()
+    items[items < 0] = len(encoded.words)
+    for t, table in enumerate(tables):
+        sums, counts, keys = attention_class_sums(patterns, items, table, encoded.attention_mask)
+        assert np.allclose(found["sums"][t], sums) and np.array_equal(found["counts"][t], counts)
+        assert counts[:, 1].sum() > 0
+    assert found["counts"][1][:, 2].sum() == 0  # every word in both topics: no different pairs
+    assert found["layers"] == 2 and found["heads"] == 2 and found["keys"].tolist() == [32] * 6
+
+
 @pytest.mark.parametrize("case", ["missing model", "not a model", "missing corpus", "empty corpus",
                                   "extra absent", "f too small", "unknown key"])
 def test_bad_input_exits_2_and_writes_nothing(tiny, tmp_path, monkeypatch, capsys, case):
@@ -270,3 +300,11 @@ def test_bad_input_exits_2_and_writes_nothing(tiny, tmp_path, monkeypatch, capsy
                 "unknown key": "Did you mean 'lda.n_topics'"}[case]
     assert expected in error
     assert not (out / "results.json").exists()
+
+
+def test_an_analysis_only_experiment_has_no_train_config_and_no_seeds(tmp_path, capsys):
+    assert main(["train", "--preset", "topics-pretrained:quick", "--runs-dir", str(tmp_path)]) == 2
+    assert "trains no runs" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main(["run", "topics-pretrained", "--preset", "quick", "--seeds", "2", "--out", str(out)]) == 2
+    assert "model.random_inits" in capsys.readouterr().err and not out.exists()

@@ -191,8 +191,10 @@ def attention_sums(model, encoded: EncodedPassages, tables: list[torch.Tensor],
     encoder = _encoder(model)
     items = encoded.position_word.clone()
     items[items < 0] = len(encoded.words)  # the empty last row of every table
+    topical = torch.stack([table.any(1) for table in tables]).any(0)  # (corpus words + 1,)
     n = len(items)
-    sums, counts, keys = None, None, np.zeros(n, dtype=np.int64)
+    sums, counts = None, None
+    keys = encoded.attention_mask.sum(1).numpy()
     started = time.perf_counter()
     for begin in range(0, n, batch_size):
         chunk = slice(begin, min(begin + batch_size, n))
@@ -204,9 +206,19 @@ def attention_sums(model, encoded: EncodedPassages, tables: list[torch.Tensor],
             layers, heads = len(attentions), attentions[0].shape[1]
             sums = np.zeros((len(tables), n, layers * heads, 3))
             counts = np.zeros((len(tables), n, 3), dtype=np.int64)
+        # only positions holding a topic word (of any table) can form a counted pair:
+        # gather them (padded to the batch's largest count) before the class sums
+        chosen = topical[items[chunk]] & mask
+        width = max(int(chosen.sum(1).max()), 1)
+        order = torch.argsort((~chosen).to(torch.int8), dim=1, stable=True)[:, :width]
+        kept = torch.gather(chosen, 1, order)
+        index = order[:, None, :, None].expand(-1, patterns.shape[1], -1, patterns.shape[3])
+        rows = torch.gather(patterns, 2, index)
+        small = torch.gather(rows, 3, order[:, None, None, :].expand(-1, patterns.shape[1], width, -1))
+        small_items = torch.gather(items[chunk], 1, order)
         for t, table in enumerate(tables):
-            s, c, k = attention_class_sums(patterns, items[chunk], table, mask)
-            sums[t, chunk], counts[t, chunk], keys[chunk] = s, c, k
+            s, c, _ = attention_class_sums(small, small_items, table, kept)
+            sums[t, chunk], counts[t, chunk] = s, c
         if printer is not None and (begin // batch_size) % 50 == 49:
             printer(f"  attention: {chunk.stop}/{n} passages, {time.perf_counter() - started:.0f} s")
     return {"sums": sums, "counts": counts, "keys": keys, "layers": layers, "heads": heads,
