@@ -105,7 +105,7 @@ class TopicsPretrained(Experiment):
         st = s.statistics
         options = dict(window=st.window, reference_length=st.reference_length,
                        resamples=st.resamples, batch_size=st.batch_size, seed=st.seed,
-                       matrix_key=("none", s.topic_words.fractions[-1]), printer=say)
+                       matrix_key=("none", s.topic_words.fractions[0]), printer=say)
         label = s.model.name or Path(s.model.path).name
         measured = {label: measure_topic_structure(trained, word_sets, spread(corpus.passages, st.passages),
                                                    permutations=st.permutations, **options)}
@@ -202,13 +202,13 @@ class TopicsPretrained(Experiment):
         return {"claims": self._claims(s, lda, ours, controls), "sections": [section]}
 
     def _figures(self, s, lda, word_sets, label, ours, controls, out_dir):
-        f = s.topic_words.fractions[-1]
+        f = s.topic_words.fractions[0]
         top = np.argsort(-lda.topic_word, axis=1)[:, :s.topic_words.shown]
         words = word_lists(out_dir, "topic_words",
                            [(f"topic {t}", [lda.words[i] for i in row]) for t, row in enumerate(top)],
                            title="top words per topic", caption="LDA topics: words by P(word | topic).")
-        cells = [(f"{label}, f={f:g}", ours["cosine"])] + [
-            (name, m["cosine"]) for name, m in list(controls.items())[:1]]
+        cells = [(f"{label}, f={f:g}", _off_diagonal(ours["cosine"]))] + [
+            (name, _off_diagonal(m["cosine"])) for name, m in list(controls.items())[:1]]
         count = len(word_sets[("none", f)].words)
         matrices = heatmap_grid(out_dir, "cosine_matrices", [cells], cmap="RdBu_r", symmetric=True,
                                 title="word-embedding cosine, topic-ordered",
@@ -289,6 +289,12 @@ class TopicsPretrained(Experiment):
                        not_measurable("ratio-falls-with-f", statement,
                                       (small if not large else "one f only") + "; measured " + _shown(falls)))
         return [embeddings, attention, overlap, flat, ratio_falls]
+
+
+def _off_diagonal(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.array(matrix, dtype=float)
+    np.fill_diagonal(matrix, 0.0)
+    return matrix
 
 
 def _shown(values: dict[str, Any]) -> str:
