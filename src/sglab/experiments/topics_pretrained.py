@@ -32,14 +32,13 @@ from sglab.experiments.base import Experiment
 from sglab.experiments.claims import abs_at_most, claim, greater_than, less_than, not_measurable
 from sglab.experiments.runs import Arm, RunSet
 from sglab.experiments.topics_pretrained_settings import (
-    SEED_BERT,
-    SEED_RANDOM_BERT,
+    MODES,
     PretrainedSettings,
     apply_settings,
+    comparison_tables,
 )
 from sglab.report.plots import annotated_heatmap, heatmap_grid, word_lists
 
-MODES = ("none", "allowed")
 LARGE_VOCABULARY = 50_000  # below it, f = 0.0005 keeps a handful of words per topic
 
 
@@ -144,50 +143,10 @@ class TopicsPretrained(Experiment):
     def _report(self, s, corpus, lda, trained, word_sets, label, measured, controls, out_dir):
         fractions = s.topic_words.fractions
         ours = measured[label]
-        rows, control_rows = [], []
-        for mode in MODES:
-            for f in fractions:
-                e, a = ours["embeddings"][(mode, f)], ours["attention"][(mode, f)]
-                ws, seed = word_sets[(mode, f)], SEED_BERT[mode].get(f, ("-",) * 3)
-                rows.append([mode, f, *seed, e["word_embeddings"]["cosine"]["ratio"],
-                             e["word_embeddings"]["dot"]["ratio"], a["ratio_rescaled"],
-                             f"[{a['interval'][0]:.3f}, {a['interval'][1]:.3f}]",
-                             e["word_embeddings"]["cosine"]["p_value"],
-                             e["word_embeddings"]["dot"]["p_value"],
-                             e["embedding_output"]["cosine"]["ratio"], e["embedding_output"]["dot"]["ratio"],
-                             a["ratio"], len(ws.words), ws.dropped_overlap, ws.dropped_split, a["pairs"][1]])
-                for name, m in controls.items():
-                    e, a = m["embeddings"][(mode, f)], m["attention"][(mode, f)]
-                    control_rows.append([name, mode, f, *SEED_RANDOM_BERT[mode].get(f, ("-",) * 3),
-                                         e["embedding_output"]["cosine"]["ratio"],
-                                         e["embedding_output"]["dot"]["ratio"], a["ratio_rescaled"],
-                                         a["ratio"], e["word_embeddings"]["cosine"]["ratio"],
-                                         e["word_embeddings"]["dot"]["ratio"]])
-        others = [[name, mode, f, m["embeddings"][(mode, f)]["word_embeddings"]["cosine"]["ratio"],
-                   m["embeddings"][(mode, f)]["word_embeddings"]["dot"]["ratio"],
-                   m["attention"][(mode, f)]["ratio_rescaled"]]
-                  for name, m in measured.items() if name != label for mode in MODES for f in fractions]
         described = trained.describe()
         note = ("a sentence-embedding fine-tune (sentence-transformers), not an MLM checkpoint"
                 if described["sentence_embedding_fine_tune"] else "a pretrained checkpoint")
-        tables = [
-            {"title": f"{label} (ours, 'ours' columns) beside the seed's pretrained BERT",
-             "columns": ["overlap", "f", "seed cos", "seed dot", "seed attn", "ours cos", "ours dot",
-                         "ours attn (rescaled)", "attn 95% CI", "p cos", "p dot", "emb-out cos",
-                         "emb-out dot", "attn (not rescaled)", "words", "dropped: overlap",
-                         "dropped: split", "same-topic pairs"], "rows": rows},
-            {"title": "Random-init controls beside the seed's random-init BERT",
-             "columns": ["model", "overlap", "f", "seed cos", "seed dot", "seed attn", "emb-out cos",
-                         "emb-out dot", "attn (rescaled)", "attn (not rescaled)", "raw-row cos",
-                         "raw-row dot"], "rows": control_rows},
-            {"title": "Attention pooled over f (rescaled)",
-             "columns": ["model", "overlap", "ratio", "95% CI"],
-             "rows": [[name, mode, m["pooled"][mode]["ratio"],
-                       "[{:.3f}, {:.3f}]".format(*m["pooled"][mode]["interval"])]
-                      for name, m in {**measured, **controls}.items() for mode in MODES]}]
-        if others:
-            tables.append({"title": "Other models", "columns": ["model", "overlap", "f", "cos", "dot",
-                                                                "attn (rescaled)"], "rows": others})
+        tables = comparison_tables(label, measured, controls, word_sets, fractions)
         section = {
             "title": "Wikipedia topic structure",
             "text": f"Corpus: {corpus.describe()}. LDA: V = {lda.vocabulary_size:,}, "

@@ -1,4 +1,5 @@
-"""Settings of the ``topics-pretrained`` experiment and the seed's Wikipedia table.
+"""Settings of the ``topics-pretrained`` experiment, the seed's Wikipedia table and the
+report tables that set our measurements beside it.
 
 The experiment trains nothing, so its ``--set`` keys (``corpus.*``, ``model.*``,
 ``lda.*``, ``topic_words.*``, ``statistics.*``) are not run-config keys: they are applied
@@ -115,3 +116,55 @@ SEED_RANDOM_BERT = {
     "allowed": {0.0005: (0.99814, 0.99957, 1.00009), 0.001: (0.99820, 1.00167, 1.00013),
                 0.002: (0.99964, 0.99928, 0.99978)},
 }
+
+
+MODES = ("none", "allowed")
+
+
+def comparison_tables(label: str, measured: dict, controls: dict, word_sets: dict,
+                      fractions: list[float]) -> list[dict[str, Any]]:
+    """Report tables: the trained model (``measured[label]``) beside the seed's BERT, the
+    random-init controls beside the seed's, attention pooled over f, and other models."""
+    ours = measured[label]
+    rows, control_rows = [], []
+    for mode in MODES:
+        for f in fractions:
+            e, a = ours["embeddings"][(mode, f)], ours["attention"][(mode, f)]
+            ws, seed = word_sets[(mode, f)], SEED_BERT[mode].get(f, ("-",) * 3)
+            rows.append([mode, f, *seed, e["word_embeddings"]["cosine"]["ratio"],
+                         e["word_embeddings"]["dot"]["ratio"], a["ratio_rescaled"],
+                         f"[{a['interval'][0]:.3f}, {a['interval'][1]:.3f}]",
+                         e["word_embeddings"]["cosine"]["p_value"],
+                         e["word_embeddings"]["dot"]["p_value"],
+                         e["embedding_output"]["cosine"]["ratio"], e["embedding_output"]["dot"]["ratio"],
+                         a["ratio"], len(ws.words), ws.dropped_overlap, ws.dropped_split, a["pairs"][1]])
+            for name, m in controls.items():
+                e, a = m["embeddings"][(mode, f)], m["attention"][(mode, f)]
+                control_rows.append([name, mode, f, *SEED_RANDOM_BERT[mode].get(f, ("-",) * 3),
+                                     e["embedding_output"]["cosine"]["ratio"],
+                                     e["embedding_output"]["dot"]["ratio"], a["ratio_rescaled"],
+                                     a["ratio"], e["word_embeddings"]["cosine"]["ratio"],
+                                     e["word_embeddings"]["dot"]["ratio"]])
+    others = [[name, mode, f, m["embeddings"][(mode, f)]["word_embeddings"]["cosine"]["ratio"],
+               m["embeddings"][(mode, f)]["word_embeddings"]["dot"]["ratio"],
+               m["attention"][(mode, f)]["ratio_rescaled"]]
+              for name, m in measured.items() if name != label for mode in MODES for f in fractions]
+    tables = [
+        {"title": f"{label} (ours, 'ours' columns) beside the seed's pretrained BERT",
+         "columns": ["overlap", "f", "seed cos", "seed dot", "seed attn", "ours cos", "ours dot",
+                     "ours attn (rescaled)", "attn 95% CI", "p cos", "p dot", "emb-out cos",
+                     "emb-out dot", "attn (not rescaled)", "words", "dropped: overlap",
+                     "dropped: split", "same-topic pairs"], "rows": rows},
+        {"title": "Random-init controls beside the seed's random-init BERT",
+         "columns": ["model", "overlap", "f", "seed cos", "seed dot", "seed attn", "emb-out cos",
+                     "emb-out dot", "attn (rescaled)", "attn (not rescaled)", "raw-row cos",
+                     "raw-row dot"], "rows": control_rows},
+        {"title": "Attention pooled over f (rescaled)",
+         "columns": ["model", "overlap", "ratio", "95% CI"],
+         "rows": [[name, mode, m["pooled"][mode]["ratio"],
+                   "[{:.3f}, {:.3f}]".format(*m["pooled"][mode]["interval"])]
+                  for name, m in {**measured, **controls}.items() for mode in MODES]}]
+    if others:
+        tables.append({"title": "Other models", "columns": ["model", "overlap", "f", "cos", "dot",
+                                                            "attn (rescaled)"], "rows": others})
+    return tables
