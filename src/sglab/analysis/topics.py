@@ -6,7 +6,13 @@ Pure functions on tensors/arrays:
   word x word matrix (embedding Gram matrix E = W_E^T W_E, value matrix W_V), their
   gap and ratio. Diagonal (i == j) entries are excluded by default.
 * :func:`attention_statistics` -- average attention weight for key/query pairs with
-  the same word, the same topic but a different word, and different topics, per head.
+  the same word, the same topic but a different word, and different topics, per head;
+  :func:`attention_class_sums`, :func:`attention_ratio` and :func:`bootstrap_interval`
+  give the per-example sums, the pooled same/different-topic ratio and its bootstrap
+  interval over examples.
+* :func:`ratio_permutation_test` -- a block ratio with a label-permutation p-value.
+  Topics may be one label per word or a membership matrix (words listed under several
+  topics: same topic = sharing one), see :func:`same_topic_mask`.
 * :func:`detect_two_stages` -- the stage boundary in ||W_K||, ||W_Q||, ||W_V|| curves.
 * :func:`theoretical_gap`, :func:`population_value_gap`,
   :func:`uniform_attention_least_squares` -- the theory check: the block gap
@@ -36,23 +42,31 @@ def gram_matrix(embedding: torch.Tensor | np.ndarray) -> np.ndarray:
     return table @ table.T
 
 
+def same_topic_mask(topics) -> np.ndarray:
+    """Which pairs of items share a topic. ``topics``: one topic label per item (n,), or a
+    boolean membership matrix (n, topics) for items listed under several topics (two
+    items are then same-topic when they share any topic, different-topic when none)."""
+    topics = np.asarray(topics)
+    if topics.ndim == 2:
+        member = topics.astype(np.float64)
+        return (member @ member.T) > 0
+    return topics[:, None] == topics[None, :]
+
+
 def topic_block_statistics(matrix, topics, include_diagonal: bool = False) -> dict[str, float]:
     """Same-topic and different-topic means of a square word x word ``matrix``.
 
-    ``topics[i]`` is the topic of row/column i. Returns ``same_topic``,
+    ``topics[i]`` is the topic of row/column i (or row i of a boolean word x topic
+    membership matrix, see :func:`same_topic_mask`). Returns ``same_topic``,
     ``different_topic``, ``gap`` (same - different) and ``ratio`` (same / different,
     nan when the different-topic mean is not positive, where a ratio means nothing).
     """
     m = _numpy(matrix)
-    topics = np.asarray(topics)
-    if m.shape != (len(topics), len(topics)):
-        raise ValueError(f"matrix of shape {m.shape} does not match {len(topics)} topic labels")
-    same = topics[:, None] == topics[None, :]
-    if not include_diagonal:
-        off = ~np.eye(len(topics), dtype=bool)
-        same_mask = same & off
-    else:
-        same_mask = same
+    n = len(topics)
+    if m.shape != (n, n):
+        raise ValueError(f"matrix of shape {m.shape} does not match {n} topic labels")
+    same = same_topic_mask(topics)
+    same_mask = same if include_diagonal else same & ~np.eye(n, dtype=bool)
     same_mean = float(m[same_mask].mean()) if same_mask.any() else math.nan
     diff_mean = float(m[~same].mean()) if (~same).any() else math.nan
     ratio = same_mean / diff_mean if diff_mean > 0 else math.nan
@@ -60,7 +74,76 @@ def topic_block_statistics(matrix, topics, include_diagonal: bool = False) -> di
             "gap": same_mean - diff_mean, "ratio": ratio}
 
 
+def cosine_matrix(vectors) -> np.ndarray:
+    """Cosine similarity of every pair of rows."""
+    v = _numpy(vectors)
+    unit = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    return unit @ unit.T
+
+
+def ratio_permutation_test(matrix, topics, permutations: int = 200,
+                           seed: int = 0) -> dict[str, float]:
+    """Same-topic / different-topic ratio of ``matrix`` (pairs of distinct words; the seed's
+    "Avg embedding Cosine Similarity / Dot Product (Same-topic/Diff-topic)") and its
+    one-sided p-value from ``permutations`` random relabellings of the words:
+    p = (1 + #{permuted ratio >= observed}) / (1 + permutations)."""
+    observed = topic_block_statistics(matrix, topics)
+    rng = np.random.default_rng(seed)
+    topics = np.asarray(topics)
+    m = _numpy(matrix)
+    at_least = 0
+    for _ in range(permutations):
+        order = rng.permutation(len(topics))
+        ratio = topic_block_statistics(m, topics[order])["ratio"]
+        at_least += int(not math.isnan(ratio) and ratio >= observed["ratio"])
+    p_value = (1 + at_least) / (1 + permutations) if not math.isnan(observed["ratio"]) else math.nan
+    return {**observed, "p_value": p_value}
+
+
 ATTENTION_CLASSES = ("same_word", "same_topic_different_word", "different_topic")
+
+
+def _membership(topic_of: torch.Tensor) -> torch.Tensor:
+    """(vocab, topics) boolean membership from one topic per id (-1: none) or as given."""
+    topic_of = topic_of.cpu()
+    if topic_of.dim() == 2:
+        return topic_of.bool()
+    known = topic_of >= 0
+    n_topics = int(topic_of.max()) + 1 if bool(known.any()) else 1
+    member = torch.zeros(len(topic_of), n_topics, dtype=torch.bool)
+    member[known.nonzero().squeeze(1), topic_of[known]] = True
+    return member
+
+
+def attention_class_sums(patterns: torch.Tensor, tokens: torch.Tensor, topic_of: torch.Tensor,
+                         key_mask: torch.Tensor | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per example: summed attention weight per pair class and head, and pair counts.
+
+    Inputs as :func:`attention_statistics` (``topic_of`` may also be a boolean (vocab,
+    topics) membership matrix: same topic = sharing one). Returns ``sums`` (batch,
+    heads, 3), ``counts`` (batch, 3) for :data:`ATTENTION_CLASSES`, and ``keys`` (batch,):
+    the number of real keys of each example (for rescaling).
+    """
+    patterns = patterns.detach().double().cpu()
+    tokens = tokens.cpu()
+    if key_mask is None:
+        key_mask = torch.ones_like(tokens, dtype=torch.bool)
+    key_mask = key_mask.cpu().bool()
+    member = _membership(topic_of)[tokens]  # (batch, length, topics)
+    valid = key_mask & member.any(-1)
+    pair_valid = valid[:, :, None] & valid[:, None, :]  # (batch, query, key)
+    same_word = tokens[:, :, None] == tokens[:, None, :]
+    member = member.double()
+    same_topic = torch.einsum("bqt,bkt->bqk", member, member) > 0
+    classes = [same_word, same_topic & ~same_word, ~same_topic]
+    sums, counts = [], []
+    for cls in classes:
+        chosen = (cls & pair_valid).double()
+        sums.append(torch.einsum("bhqk,bqk->bh", patterns, chosen))
+        counts.append(chosen.sum(dim=(1, 2)))
+    return (torch.stack(sums, -1).numpy(), torch.stack(counts, -1).long().numpy(),
+            key_mask.sum(1).numpy())
 
 
 def attention_statistics(patterns: torch.Tensor, tokens: torch.Tensor, topic_of: torch.Tensor,
@@ -70,7 +153,8 @@ def attention_statistics(patterns: torch.Tensor, tokens: torch.Tensor, topic_of:
 
     ``patterns``: (batch, heads, query, key) probabilities; ``tokens``: (batch, length)
     ids; ``topic_of``: topic per token id (-1 for special tokens, which are skipped as
-    queries and keys); ``key_mask``: True where a position is a real token.
+    queries and keys), or a boolean (vocab, topics) membership matrix for words listed
+    under several topics; ``key_mask``: True where a position is a real token.
     A pair (query j, key i) is "same word" when w_i == w_j (i == j included),
     "same topic, different word" when the words differ but share a topic, and
     "different topic" otherwise. With ``reference_length`` each weight is scaled by
@@ -80,30 +164,45 @@ def attention_statistics(patterns: torch.Tensor, tokens: torch.Tensor, topic_of:
     Returns arrays of shape (heads,) keyed by :data:`ATTENTION_CLASSES`, and
     ``pairs`` (3,): how many pairs each class averages over.
     """
-    patterns = patterns.detach().double().cpu()
-    tokens = tokens.cpu()
-    if key_mask is None:
-        key_mask = torch.ones_like(tokens, dtype=torch.bool)
-    key_mask = key_mask.cpu().bool()
-    topic = topic_of.cpu()[tokens]
-    valid = key_mask & (topic >= 0)
-    pair_valid = valid[:, :, None] & valid[:, None, :]  # (batch, query, key)
-    same_word = tokens[:, :, None] == tokens[:, None, :]
-    same_topic = topic[:, :, None] == topic[:, None, :]
-    classes = [same_word, same_topic & ~same_word, ~same_topic]
-    weights = patterns
+    sums, counts, keys = attention_class_sums(patterns, tokens, topic_of, key_mask)
     if reference_length is not None:
-        weights = weights * (key_mask.sum(1).double() / reference_length)[:, None, None, None]
-    out: dict[str, np.ndarray] = {}
-    pairs = []
-    for name, cls in zip(ATTENTION_CLASSES, classes):
-        chosen = (cls & pair_valid)[:, None]  # broadcast over heads
-        total = (weights * chosen).sum(dim=(0, 2, 3))
-        count = int(chosen.sum())
-        pairs.append(count)
-        out[name] = (total / max(count, 1)).numpy() if count else np.full(weights.shape[1], np.nan)
-    out["pairs"] = np.asarray(pairs)
+        sums = sums * (keys / reference_length)[:, None, None]
+    total, pairs = sums.sum(0), counts.sum(0)
+    out: dict[str, np.ndarray] = {
+        name: total[:, c] / pairs[c] if pairs[c] else np.full(total.shape[0], np.nan)
+        for c, name in enumerate(ATTENTION_CLASSES)}
+    out["pairs"] = pairs
     return out
+
+
+def attention_ratio(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None
+                    ) -> np.ndarray:
+    """Same-topic-different-word / different-topic mean attention from per-example
+    ``sums`` (examples, heads, 3) and ``counts`` (examples, 3), pooled over heads (every
+    head sees the same pairs). ``weights`` (resamples, examples): one ratio per row (a
+    bootstrap); else a scalar array."""
+    per_example = sums.sum(1)  # (examples, 3)
+    if weights is None:
+        weights = np.ones((1, len(sums)))
+        single = True
+    else:
+        single = False
+    s, c = weights @ per_example, weights @ counts.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (s[:, 1] / c[:, 1]) / (s[:, 2] / c[:, 2])
+    return ratio[0] if single else ratio
+
+
+def bootstrap_interval(sums: np.ndarray, counts: np.ndarray, resamples: int = 1000,
+                       level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`attention_ratio`, resampling examples."""
+    rng = np.random.default_rng(seed)
+    n = len(sums)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(np.float64)
+    ratios = attention_ratio(sums, counts, weights)
+    tail = (1 - level) / 2
+    low, high = np.nanquantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)
 
 
 def topic_attention_ratios(same_word: float, same_topic_different_word: float,

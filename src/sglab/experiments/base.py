@@ -47,8 +47,17 @@ class Experiment:
         raise NotImplementedError
 
     def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
-        """Every run of the preset (validated); user overrides on a grid axis are errors."""
+        """Every run of the preset (validated); user overrides on a grid axis are errors.
+        An analysis-only experiment has none (``[]``)."""
+        params, overrides = self.settings(params, overrides)
         return build_arm_configs(self.name, self.arms(params), overrides)
+
+    def settings(self, params: dict[str, Any], overrides: list[str]
+                 ) -> tuple[dict[str, Any], list[str]]:
+        """(params, the overrides left for the run configs). By default every ``--set``
+        goes to the runs; an analysis-only experiment applies them to its own settings
+        here (validated) and leaves none."""
+        return params, list(overrides)
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         """The finished runs -> {"claims": [...], "sections": [...]}."""
@@ -60,7 +69,11 @@ class Experiment:
         params = self.preset(preset)
         if "base" in params:
             return copy.deepcopy(params["base"])
-        first = self.arms(params)[0]
+        arms = self.arms(params)
+        if not arms:
+            raise SglabError(f"experiment {self.name!r} trains no runs (it only analyzes), so it "
+                             f"has no config to train from; run it with `sglab run {self.name}`")
+        first = arms[0]
         return apply_overrides(first.base, dict(first.overrides))
 
 
@@ -70,9 +83,9 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                    printer=print, ensemble: bool = True) -> dict[str, Any]:
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
     started = time.perf_counter()
-    params = experiment.preset(preset, seeds)
+    params, overrides = experiment.settings(experiment.preset(preset, seeds), list(overrides or []))
     arms = experiment.arms(params)
-    configs = build_arm_configs(experiment.name, arms, list(overrides or []))
+    configs = build_arm_configs(experiment.name, arms, overrides)
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     summaries = run_configs(configs, runs_dir, workers=workers, threads=threads,
                             tag=f"{experiment.name}/{preset}", quiet=params.get("quiet", False),
@@ -82,11 +95,16 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         raise SglabError(f"{len(failed)} run(s) failed, e.g. {failed[0]['run_id']}: "
                          f"{failed[0].get('error', 'unknown error')}. Fix the cause and rerun; "
                          "finished runs are reused.")
-    store = RunStore(runs_dir)
+    store = RunStore(runs_dir) if configs else None
     for arm, config, summary in zip(arms, configs, summaries):
         write_labels(runs_dir / summary["run_id"], experiment.name, arm.labels)
         store.record(runs_dir / summary["run_id"], config, summary)
-    printer(f"{experiment.name}: analyzing {len(summaries)} runs")
+    if not configs and threads:  # analysis only: it runs here, with the threads asked for
+        import torch
+
+        torch.set_num_threads(threads)
+    printer(f"{experiment.name}: analyzing {len(summaries)} runs" if summaries
+            else f"{experiment.name}: no runs to train; analyzing")
     analysis = experiment.analyze(params, finished_runs(arms, configs, summaries, runs_dir),
                                   out_dir)
     claims = [c.to_dict() for c in analysis["claims"]]

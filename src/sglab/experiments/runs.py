@@ -60,8 +60,11 @@ def check_user_overrides(experiment: str, arms: Sequence[Arm], overrides: Sequen
 
 def build_arm_configs(experiment: str, arms: Sequence[Arm],
                       overrides: Sequence[str] = ()) -> list[RunConfig]:
-    if not arms:
-        raise SglabError(f"experiment {experiment!r} declares no runs for this preset")
+    if not arms:  # an analysis-only experiment: nothing to train, nothing to override
+        if overrides:
+            raise SglabError(f"--set {overrides[0]}: experiment {experiment!r} trains no runs at "
+                             "this preset, so there is no run config to set")
+        return []
     check_user_overrides(experiment, arms, overrides)
     return [arm.config(overrides) for arm in arms]
 

@@ -256,6 +256,24 @@ def scatter_panels(out_dir: Path, name: str,
     return _entry(save_figure(fig, out_dir, name), title, caption)
 
 
+def word_lists(out_dir: Path, name: str, columns: Sequence[tuple[str, Sequence[str]]], *,
+               title: str, caption: str = "", per_row: int = 10) -> dict[str, str]:
+    """Lists of words side by side (top words per topic), ``per_row`` lists a row."""
+    ncols = min(per_row, len(columns)) or 1
+    nrows = -(-len(columns) // ncols) if columns else 1
+    longest = max((len(words) for _, words in columns), default=1)
+    fig, axes = new_figure(1.25 * ncols, 0.55 + 0.17 * longest * nrows + 0.3 * nrows,
+                           ncols=ncols, nrows=nrows)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat:
+        ax.axis("off")
+    for ax, (heading, words) in zip(flat, columns):
+        ax.set_title(heading, fontsize=8, loc="left")
+        ax.text(0.0, 1.0, "\n".join(words), va="top", ha="left", fontsize=7,
+                transform=ax.transAxes)
+    return _entry(save_figure(fig, out_dir, name), title, caption)
+
+
 __all__ = ["Line", "Panel", "accuracy_by_group", "annotated_heatmap", "coloured_scatter_grid",
            "heatmap_grid",
-           "learning_curves", "line_figure", "metric_line", "scatter_panels", "seed_strip"]
+           "learning_curves", "line_figure", "metric_line", "scatter_panels", "seed_strip", "word_lists"]

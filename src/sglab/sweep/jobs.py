@@ -156,7 +156,7 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
         if n_chunks > 1:  # split anyway: into a multiple of the workers, so none idles
             n_chunks = -(-n_chunks // min_jobs) * min_jobs
         jobs.extend(members[c::n_chunks] for c in range(n_chunks))
-    while len(jobs) < min_jobs:
+    while jobs and len(jobs) < min_jobs:
         largest = max(jobs, key=len)
         if len(largest) < 2:
             break

@@ -79,7 +79,10 @@ def plan_placement(n_jobs: int, workers: int | None = None,
 def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | None = None,
                 threads: int | None = None, tag: str | None = None, quiet: bool = False,
                 printer=print, ensemble: bool = True) -> list[dict]:
-    """Train every config (skipping finished ones); returns summaries in input order."""
+    """Train every config (skipping finished ones); returns summaries in input order.
+    No configs (an analysis-only experiment): a no-op returning ``[]``."""
+    if not configs:
+        return []
     runs_dir = str(runs_dir)
     cores = available_cores()
     jobs = plan_jobs(configs, runs_dir, ensemble=ensemble, min_jobs=workers or cores,
