@@ -29,7 +29,6 @@ from sglab.models.dnc import (
 )
 
 
-
 @pytest.fixture(autouse=True)
 def float64():
     before = torch.get_default_dtype()
