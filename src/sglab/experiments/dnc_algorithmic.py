@@ -67,7 +67,7 @@ class RepeatCopy(DNCExperiment):
         "default": {"seeds": [0, 1, 2], "variants": ["DNC", "DNC-D", "DNC-DS", "DNC-MDS"],
                     "loss_threshold": 5.0, "mask_min": 0.1,
                     "base": dnc_base(_task("dnc_repeat_copy", block_length=[1, 6], blocks=[2, 6]),
-                                     16, 16, 32, 3000, 16, 250, lr=1e-3)},
+                                     16, 16, 32, 1300, 16, 100, lr=1e-3)},
         # thesis App. A.2 sizes (L in [1, 8], N in [2, 14]), for a GPU
         "paper": {"seeds": [0, 1, 2], "variants": ["DNC", "DNC-D", "DNC-DS", "DNC-MDS"],
                   "loss_threshold": 5.0, "mask_min": 0.1,
@@ -148,7 +148,7 @@ class AssociativeRecall(DNCExperiment):
         "default": {"seeds": [0, 1, 2], "mask_min": 0.1,
                     "variants": ["DNC", "DNC-M", "DNC-MD", "DNC-DS", "DNC-MS", "DNC-MDS"],
                     "base": dnc_base(_task("dnc_associative_recall", blocks=[2, 8]),
-                                     32, 16, 64, 2000, 16, 200, lr=1e-3)},
+                                     32, 16, 64, 1200, 16, 100, lr=1e-3)},
         # thesis App. A.2: LSTM 128, memory 64 x 32, B in [2, 16]; 12 seeds per variant
         "paper": {"seeds": list(range(12)), "mask_min": 0.1,
                   "variants": ["DNC", "DNC-M", "DNC-MD", "DNC-DS", "DNC-MS", "DNC-MDS"],
@@ -196,7 +196,7 @@ class KeyValue(DNCExperiment):
         "default": {"seeds": [0, 1, 2], "variants": ["DNC", "DNC-M"], "mask_min": 0.1,
                     "solved": 0.9,
                     "base": dnc_base(_task("dnc_key_value", words=[2, 8]), 16, 32, 32, 3000, 16,
-                                     250, lr=1e-3)},
+                                     200, lr=1e-3)},
         "paper": {"seeds": [0, 1, 2], "variants": ["DNC", "DNC-M"], "mask_min": 0.1,
                   "solved": 0.99,
                   "base": dnc_base(_task("dnc_key_value", words=[2, 16]), 16, 32, 32, 50_000,
