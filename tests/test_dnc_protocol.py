@@ -150,3 +150,18 @@ def test_bit_task_rejects_a_token_model():
                                "train": {"loss": "bits"}}, {"model.io": "tokens"})
     with pytest.raises(SglabError, match="io=bits"):
         build_task(config.task).check_model(config.model)
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("model.variant=DNC-X", "variant"), ("model.memory_cells=0", "memory_cells"),
+    ("model.cell_width=0", "cell_width"), ("model.read_heads=0", "read_heads"),
+    ("model.mask_min=1.0", "mask_min"), ("task.words=[4,2]", "empty"),
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, setting, needle):
+    from sglab.cli import main
+
+    argv = ["train", "--preset", "dnc-key-value:quick", "--set", "model.variant=DNC-M",
+            "--set", setting, "--runs-dir", str(tmp_path / "runs")]
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
