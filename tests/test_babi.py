@@ -13,7 +13,7 @@ from sglab.tasks import build_task
 from sglab.tasks.base import IGNORE, target_loss
 from sglab.train.loop import Trainer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "babi"
+FIXTURE = Path(__file__).parent / "fixtures" / "published" / "babi"
 
 
 @pytest.fixture
