@@ -48,3 +48,6 @@ def test_variants_of_one_experiment_are_separate_ensembles_and_delta_needs_m():
         assert config.model.mask_min == (0.1 if "M" in config.model.variant else 0.0)
     assert all(len(k) == 1 for k in keys.values())
     assert len(set.union(*keys.values())) == 6
+    key_value = registry.experiment("dnc-key-value")
+    for config in key_value.configs(key_value.presets["default"], []):
+        assert config.model.mask_bias_init == (1.0 if config.model.variant == "DNC-M" else 0.0)

@@ -46,12 +46,14 @@ def dnc_base(task: dict[str, Any], cells: int, width: int, controller: int, step
 
 
 def dnc_arms(params: dict[str, Any]) -> list[Arm]:
-    """One arm per variant and seed; ``mask_min`` (delta) only where M is on."""
+    """One arm per variant and seed; ``mask_min`` (delta) and ``mask_bias_init`` only where
+    M is on."""
     arms = []
     for variant in params["variants"]:
         overrides: dict[str, Any] = {"model.variant": variant}
-        if "M" in variant.removeprefix("DNC") and params.get("mask_min"):
-            overrides["model.mask_min"] = params["mask_min"]
+        for key in ("mask_min", "mask_bias_init"):
+            if "M" in variant.removeprefix("DNC") and params.get(key):
+                overrides[f"model.{key}"] = params[key]
         arms += [Arm({"variant": variant}, params["base"], overrides, seed)
                  for seed in params["seeds"]]
     return arms
