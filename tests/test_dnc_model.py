@@ -190,7 +190,9 @@ def test_dealloc_content_makes_a_freed_cell_stop_matching():
     old = torch.tensor([1.0, -2.0, 0.5])
     state = MemoryState.zeros(1, cells, width, 1, torch.zeros(1))
     state.memory[0, 0] = old
-    state.memory[0, 1:] = 0.01 * torch.randn(cells - 1, width)
+    # the other cells hold weak, noisy copies: positive similarity to the old content
+    noise = torch.randn(cells - 1, width, generator=torch.Generator().manual_seed(4))
+    state.memory[0, 1:] = 0.01 * (old + 0.5 * noise)
     state.read_weights[0, 0, 0] = 1.0  # cell 0 was read at t-1 ...
     parts = random_parts(batch=1, width=width, heads=1)
     parts["free_gates"] = torch.ones(1, 1)  # ... and freed: psi[0] = 0 exactly
