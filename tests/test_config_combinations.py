@@ -210,7 +210,12 @@ SMALL_TASKS = {
     "cogs": {"data_dir": "cogs", "verify_published": False},
     "pcfg": {"data_dir": "pcfgset", "verify_published": False},
     "cfq": {"data_dir": "cfq"},
+    "babi": {"data_dir": "babi", "tasks": [1, 8]},
+    "dnc_repeat_copy": {"valid_batches": 1},
+    "dnc_associative_recall": {"valid_batches": 1},
+    "dnc_key_value": {"valid_batches": 1},
 }
+BIT_TASKS = {"dnc_repeat_copy", "dnc_associative_recall", "dnc_key_value"}  # need train.loss=bits
 
 
 def test_every_task_declares_a_small_config_here():
@@ -223,7 +228,8 @@ def test_declared_evaluation_splits_are_the_splits_the_task_evaluates(name, tmp_
     if "data_dir" in fields:  # loading writes SHA256SUMS beside the files: use a copy
         shutil.copytree(FIXTURES, tmp_path / "data")
         fields["data_dir"] = str(tmp_path / "data" / fields["data_dir"])
-    config = build_run_config({"task": {"name": name, **fields}}).task
+    train = {"train": {"loss": "bits"}} if name in BIT_TASKS else {}
+    config = build_run_config({"task": {"name": name, **fields}, **train}).task
     assert config.evaluation_splits() == list(build_task(config).eval_splits)
 
 

@@ -51,6 +51,7 @@ class TaskConfig(StrictModel):
     data_seed: int = Field(0, description="Seed of the data generator (same data across run seeds).")
 
     split_metrics: ClassVar[tuple[str, ...]] = ("exact_match", "loss")
+    required_loss: ClassVar[str | None] = None  # the train.loss the task's targets need
 
     def evaluation_splits(self) -> list[str] | None:
         """Names of the splits the Trainer evaluates, computed from the config alone (no
@@ -198,14 +199,17 @@ class TrainConfig(StrictModel):
         "float32", description="bf16 autocast is used on CUDA only; CPU always trains in float32."
     )
     compile: bool = Field(False, description="torch.compile the model (slower on small CPU models).")
-    optimizer: Literal["adamw", "sgd"] = Field(
-        "adamw", description="adamw (betas, decoupled weight decay) or plain sgd (momentum, L2 decay)."
+    optimizer: Literal["adamw", "sgd", "rmsprop"] = Field(
+        "adamw", description="adamw (betas, decoupled weight decay), plain sgd (momentum, L2 decay) "
+                            "or rmsprop (torch's RMSprop: alpha 0.99, eps 1e-10, momentum, L2 decay).",
     )
-    momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum (optimizer=sgd only).")
-    loss: Literal["cross_entropy", "squared"] = Field(
+    momentum: float = Field(0.0, ge=0, lt=1,
+                            description="SGD / RMSProp momentum (optimizer=sgd or rmsprop only).")
+    loss: Literal["cross_entropy", "squared", "bits"] = Field(
         "cross_entropy",
         description="squared: sum over the vocabulary of (logit - one-hot target)^2, averaged over "
-                    "the target positions.",
+                    "the target positions. bits: targets are packed bit rows; BCE-with-logits "
+                    "summed over bits and steps, divided by the batch rows (bit tasks).",
     )
     snapshot_steps: list[int] = Field(
         default_factory=list,
@@ -228,8 +232,8 @@ class TrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_optimizer(self):
-        if self.optimizer != "sgd" and self.momentum:
-            raise ValueError(f"momentum={self.momentum} is an SGD setting; with "
+        if self.optimizer == "adamw" and self.momentum:
+            raise ValueError(f"momentum={self.momentum} is an SGD / RMSProp setting; with "
                              f"optimizer={self.optimizer} leave it at 0 (betas set Adam's momentum)")
         return self
 
@@ -326,6 +330,10 @@ class RunConfig(StrictModel):
     def _check_metric_names(self):
         if not _CHECK_EFFECTS.get():
             return self
+        needed = self.task.required_loss
+        if needed is not None and self.train.loss != needed:
+            raise ValueError(f"task {self.task.name} needs train.loss={needed} (got "
+                             f"{self.train.loss})")
         for field_name in METRIC_FIELDS:
             if field_name not in TrainConfig.model_fields:
                 continue

@@ -540,8 +540,9 @@ def make_transformer(config: TransformerConfig, vocab_size: int, max_len: int) -
     return Transformer(config, vocab_size, max_len)
 
 
-def build_model(config: ModelConfig, vocab_size: int, max_len: int) -> nn.Module:
-    return registry.entry("model", config.name).factory(config, vocab_size, max_len)
+def build_model(config: ModelConfig, vocab_size: int, max_len: int, **task_kwargs) -> nn.Module:
+    """``task_kwargs``: what the task adds (``Task.model_kwargs()``, e.g. bit widths)."""
+    return registry.entry("model", config.name).factory(config, vocab_size, max_len, **task_kwargs)
 
 
 __all__ = ["Transformer", "TransformerConfig", "build_model"]

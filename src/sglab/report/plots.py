@@ -41,6 +41,8 @@ class Panel:
     vlines: list[tuple[float, int | None, str | None]] = field(default_factory=list)
     hlines: list[tuple[float, str | None]] = field(default_factory=list)
     ylim: tuple[float, float] | None = None
+    bands: list[tuple[Sequence[float], Sequence[float], Sequence[float], int | None]] = field(
+        default_factory=list)  # shaded (x, low, high, colour index), e.g. mean ± 2σ over seeds
     log_y: bool = False
     integer_x: bool = False
     xlabel: str | None = None  # this panel's x-axis label, if not the figure's
@@ -52,6 +54,19 @@ def metric_line(records: Sequence[dict], key: str, label: str | None = None,
     training-loss records ``{"step": .., "train/loss": ..}`` mix in ``metrics.jsonl``)."""
     points = [(r["step"], r[key]) for r in records if key in r]
     return Line([p[0] for p in points], [p[1] for p in points], label, color, style)
+
+
+def mean_band(curves: Sequence[tuple[Sequence[float], Sequence[float]]], label: str | None,
+              color: int | None, width: float = 2.0) -> tuple[Line, tuple]:
+    """The mean of several (x, y) curves over their common x values and the band
+    mean ± ``width`` standard deviations (one curve: a zero-width band), for
+    ``Panel.lines`` and ``Panel.bands``."""
+    common = sorted(set.intersection(*(set(x) for x, _ in curves))) if curves else []
+    rows = np.array([[dict(zip(x, y))[step] for step in common] for x, y in curves], float)
+    mean = rows.mean(0) if len(rows) else np.array([])
+    spread = rows.std(0, ddof=1) * width if len(rows) > 1 else np.zeros_like(mean)
+    return Line(common, list(mean), label, color), (common, list(mean - spread),
+                                                    list(mean + spread), color)
 
 
 def _entry(file: str, title: str, caption: str) -> dict[str, str]:
@@ -75,6 +90,9 @@ def line_figure(out_dir: Path, name: str, panels: Sequence[Panel], *, title: str
             color = None if line.color is None else f"C{line.color}"
             ax.plot(line.x, line.y, line.style, color=color, label=line.label,
                     marker=line.marker, ms=3)
+        for x, low, high, color in panel.bands:
+            ax.fill_between(x, low, high, color=None if color is None else f"C{color}",
+                            alpha=0.2, lw=0)
         for x, color, label in panel.vlines:
             ax.axvline(x, color="k" if color is None else f"C{color}", ls=":" if label else "-",
                        alpha=1.0 if label else 0.3, lw=0.8 if label is None else 1.0,

@@ -121,9 +121,20 @@ def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_
                 reduction: str = "mean") -> torch.Tensor:
     """Loss over the positions whose target is not ``IGNORE`` (mean or sum).
 
+    ``bits``: targets are packed bit rows (bit i = output channel i) and logits one per bit;
+    BCE-with-logits summed over bits and steps, divided by the batch rows (``mean``).
+
     ``squared``: ||logits - one_hot(target)||^2 summed over the vocabulary (the squared
     loss of the topic-model theorems, Li et al. 2023).
     """
+    if kind == "bits":  # packed bit rows: BCE summed over bits and steps / batch rows
+        scored = targets != IGNORE
+        bits = logits.shape[-1]
+        wanted = ((targets.clamp_min(0).unsqueeze(-1) >> torch.arange(bits, device=targets.device))
+                  & 1).float()
+        per_bit = F.binary_cross_entropy_with_logits(logits.float(), wanted, reduction="none")
+        total = (per_bit * scored.unsqueeze(-1)).sum()
+        return total / targets.shape[0] if reduction == "mean" else total
     if kind == "cross_entropy":
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
                                ignore_index=IGNORE, reduction=reduction)
@@ -202,6 +213,11 @@ class Task(ABC):
 
     def check_model(self, model_config) -> None:
         """Raise SglabError if this task cannot be trained with that model config."""
+
+    def model_kwargs(self) -> dict:
+        """What the model factory needs besides vocabulary size and length (e.g. the input
+        and output bit widths of a bit task)."""
+        return {}
 
     @property
     def max_length(self) -> int:

@@ -41,7 +41,14 @@ from sglab.config import RunConfig
 from sglab.models.dropout import dropout_fields_on, member_masks
 from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
 from sglab.train.lock import RunLock
-from sglab.train.loop import Trainer, pop_aux_loss, resolve_device, torch_threads
+from sglab.train.loop import (
+    RMSPROP_ALPHA,
+    RMSPROP_EPS,
+    Trainer,
+    pop_aux_loss,
+    resolve_device,
+    torch_threads,
+)
 from sglab.train.schedule import RunProgress, run_schedule
 
 # Config fields that may differ between the members of one ensemble.
@@ -243,6 +250,13 @@ class _Stack:
                                       for e in entries])
                     for key in ("exp_avg", "exp_avg_sq")
                 }
+            elif self.optimizer_kind == "rmsprop":
+                keys = ("square_avg", "momentum_buffer") if self.momentum else ("square_avg",)
+                self.state[n] = {
+                    key: torch.stack([e[key] if key in e else torch.zeros_like(self.params[n][0])
+                                      for e in entries])
+                    for key in keys
+                }
             elif self.momentum:
                 buffers = [e.get("momentum_buffer") for e in entries]
                 self.state[n] = {"momentum_buffer": torch.stack(
@@ -269,7 +283,7 @@ class _Stack:
 
     @torch.no_grad()
     def optimizer_step(self, lrs: list[float], weight_decays: list[float]) -> None:
-        """torch.optim.AdamW / SGD arithmetic with a learning rate and decay per member;
+        """torch.optim.AdamW / SGD / RMSprop arithmetic with a learning rate and decay per member;
         weight decay applies to matrices only (a member's tensor of dim >= 2), as in
         :func:`make_optimizer`."""
         self.step_count += 1
@@ -294,6 +308,16 @@ class _Stack:
                 bias_correction2 = 1 - beta2 ** steps
                 denominator = (state["exp_avg_sq"].sqrt() / bias_correction2.sqrt()).add_(self.eps)
                 p.sub_(lr / bias_correction1 * state["exp_avg"] / denominator)
+            elif self.optimizer_kind == "rmsprop":  # torch.optim.RMSprop, L2 decay
+                state = self.state[name]
+                if wd is not None:
+                    g = g.add(p * wd)
+                state["square_avg"].mul_(RMSPROP_ALPHA).addcmul_(g, g, value=1 - RMSPROP_ALPHA)
+                scaled = g / state["square_avg"].sqrt().add(RMSPROP_EPS)
+                if self.momentum:
+                    state["momentum_buffer"].mul_(self.momentum).add_(scaled)
+                    scaled = state["momentum_buffer"]
+                p.sub_(lr * scaled)
             else:
                 if wd is not None:
                     g = g.add(p * wd)
@@ -321,6 +345,10 @@ class _Stack:
                     "exp_avg": self.state[n]["exp_avg"][k].clone(),
                     "exp_avg_sq": self.state[n]["exp_avg_sq"][k].clone(),
                 }
+            elif self.optimizer_kind == "rmsprop":
+                member.optimizer.state[params[n]] = {
+                    "step": torch.tensor(step),
+                    **{key: value[k].clone() for key, value in self.state[n].items()}}
             else:
                 buffer = self.state[n].get("momentum_buffer")
                 member.optimizer.state[params[n]] = {

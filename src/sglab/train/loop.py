@@ -48,6 +48,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+RMSPROP_ALPHA, RMSPROP_EPS = 0.99, 1e-10
+
+
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -56,6 +59,9 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.o
     extra = {"fused": True} if device.type == "cuda" else {}
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **extra)
+    if cfg.optimizer == "rmsprop":  # the DNC authors' settings; decay hits every matrix
+        return torch.optim.RMSprop(groups, lr=cfg.lr, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS,
+                                   momentum=cfg.momentum)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **extra)
 
 
@@ -310,7 +316,8 @@ class Trainer:
         task = tasks[task_key]
         self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)
-        model = build_model(config.model, len(task.vocab), task.max_length).to(device)
+        model = build_model(config.model, len(task.vocab), task.max_length,
+                            **task.model_kwargs()).to(device)
         optimizer = make_optimizer(model, config.train, device)
         generator = torch.Generator().manual_seed(config.seed)
         run = RunProgress(self, task, model, optimizer, generator, device,
@@ -363,6 +370,7 @@ class Trainer:
             "task": self.config.task.name, "model": self.config.model.name,
             "seed": self.config.seed, "steps": cfg.steps, "parameters": n_params,
             "vocab_size": len(task.vocab), "max_length": task.max_length,
+            **({"model_kwargs": task.model_kwargs()} if task.model_kwargs() else {}),
             "select_on": self.select_on, "target_metric": self.config.target_metric(),
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
@@ -506,7 +514,7 @@ def load_trained(run_dir: str | Path, which: str = "last"):
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     task = build_task(config.task)
-    model = build_model(config.model, len(task.vocab), task.max_length)
+    model = build_model(config.model, len(task.vocab), task.max_length, **task.model_kwargs())
     _load_weights(model, run_dir, which, config)
     return config, task, model
 
@@ -522,7 +530,8 @@ def load_model(run_dir: str | Path, which: str = "last") -> tuple[RunConfig, tor
         raise SglabError(f"{str(run_dir / 'summary.json')!r} does not record vocab_size and "
                          "max_length (a run from an older sglab); use load_trained, which "
                          "rebuilds the task to learn them")
-    model = build_model(config.model, summary["vocab_size"], summary["max_length"])
+    model = build_model(config.model, summary["vocab_size"], summary["max_length"],
+                        **summary.get("model_kwargs", {}))
     _load_weights(model, run_dir, which, config)
     return config, model
 

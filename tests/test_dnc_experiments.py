@@ -1,0 +1,53 @@
+"""End to end: the three DNC algorithmic experiments at their quick presets."""
+
+import json
+
+import pytest
+
+from sglab import registry
+from sglab.experiments import run_experiment
+
+EXPECTED = {
+    "dnc-repeat-copy": ["sharpness-solves-repeat-copy", "sharpness-gives-sharp-forward-reads"],
+    "dnc-associative-recall": ["masking-variants-learn-recall-fastest", "sharpness-hurts-recall"],
+    "dnc-key-value": ["masking-solves-key-value", "read-mask-switches-with-the-query"],
+}
+CONSTRUCTED = ["dealloc-erases-freed-cells", "sharpening-never-flattens-links"]
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_quick_preset_end_to_end(name, tmp_path):
+    experiment = registry.experiment(name)
+    results = run_experiment(experiment, "quick", tmp_path / "out", tmp_path / "runs",
+                             workers=1, printer=lambda _: None)
+    params = experiment.presets["quick"]
+    assert len(results["runs"]) == len(params["variants"]) * len(params["seeds"])
+    claims = {c["id"]: c for c in results["claims"]}
+    assert list(claims) == EXPECTED[name] + CONSTRUCTED
+    for c in claims.values():
+        assert c["passed"] in (True, False, None) and c["evidence"]
+    # D and S on constructed states hold at every preset
+    assert claims["dealloc-erases-freed-cells"]["passed"] is True
+    assert claims["sharpening-never-flattens-links"]["passed"] is True
+    table = results["sections"][0]["tables"][0]
+    assert [row[0] for row in table["rows"]] == params["variants"]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["claims"] == results["claims"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    figures = {"dnc-repeat-copy": 3, "dnc-associative-recall": 1, "dnc-key-value": 2}[name]
+    assert html.count("data:image/png;base64") == figures
+
+
+def test_variants_of_one_experiment_are_separate_ensembles_and_delta_needs_m():
+    from sglab.train.ensemble import ensemble_key
+
+    experiment = registry.experiment("dnc-associative-recall")
+    configs = experiment.configs(experiment.presets["default"], [])
+    keys = {}
+    for config in configs:
+        keys.setdefault(config.model.variant, set()).add(ensemble_key(config))
+        assert config.model.mask_min == (0.1 if "M" in config.model.variant else 0.0)
+    assert all(len(k) == 1 for k in keys.values())
+    assert len(set.union(*keys.values())) == 6
+    key_value = registry.experiment("dnc-key-value")
+    for config in key_value.configs(key_value.presets["default"], []):
+        assert config.model.mask_bias_init == (1.0 if config.model.variant == "DNC-M" else 0.0)
