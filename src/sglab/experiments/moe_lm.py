@@ -114,8 +114,8 @@ class MoeLM(Experiment):
     title = "sigma-MoE vs parameter- and FLOP-matched dense byte-level language models"
     description = __doc__.split("\n\n")[1].replace("\n", " ")
     presets = {
-        "quick": {"base": lm_base(32, 2, 2, 32, steps=40, batch=16, lr=3e-3, eval_every=40,
-                                  eval_windows=32),
+        "quick": {"base": lm_base(32, 2, 2, 16, steps=10, batch=8, lr=3e-3, eval_every=10,
+                                  eval_windows=8),
                   "experts": 4, "expert_size": 16, "top_k": 1, "seeds": [0], "tolerance": 0.02,
                   "quiet": True},
         # issue 19: d_model 128, 4 layers, context 128, N_E 8, G 64, K 2, twin d_ff 516,
