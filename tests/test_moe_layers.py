@@ -248,3 +248,36 @@ def test_parameter_counts_flops_and_aux_loss_of_every_ffn_in_the_stack(kind):
 def test_bad_ffn_configs_are_rejected_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         _cfg(**fields)
+
+
+@pytest.mark.parametrize("d_model,n_layers,vocab,d_ff,n_experts,millions", [
+    (412, 16, 8000, 2053, 16, 47), (512, 12, 257, 2053, 16, 41), (1024, 18, 8000, 4110, 32, 262)])
+def test_paper_model_sizes_wt_s_e8_wt_b(d_model, n_layers, vocab, d_ff, n_experts, millions):
+    """Tab. F.2: 47M (WT-S), 41M (E8), 262M (WT-B) with relative attention, untied embeddings;
+    the sigma-MoE twin (G 128, K 4) within 0.5% of the dense model."""
+    from sglab.models import build_model
+
+    common = dict(d_model=d_model, n_layers=n_layers, n_heads=4, pos_encoding="relative",
+                  tie_embeddings=False, activation="relu")
+    with torch.device("meta"):
+        dense = build_model(TransformerConfig(**common, d_ff=d_ff), vocab, 64).num_parameters()
+        moe = build_model(TransformerConfig(**common, ffn="sigma_moe", moe_experts=n_experts,
+                                            moe_expert_size=128, moe_top_k=4), vocab,
+                          64).num_parameters()
+    assert dense / 1e6 == pytest.approx(millions, rel=0.01)
+    assert abs(moe - dense) / dense < 0.005
+
+
+@pytest.mark.parametrize("settings,message", [
+    (["model.ffn=sigma_moe", "model.moe_experts=4", "model.moe_expert_size=8",
+      "model.moe_top_k=5"], "choose K <= N_E"),
+    (["model.ffn=pkm", "model.pkm_subkeys=4", "model.d_model=15", "model.n_heads=1"],
+     "must be even"),
+])
+def test_cli_bad_ffn_exits_2_and_writes_nothing(tmp_path, capsys, settings, message):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--runs-dir", str(runs), *[f"--set={s}" for s in settings]]) == 2
+    assert message in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
