@@ -281,3 +281,14 @@ def test_cli_bad_ffn_exits_2_and_writes_nothing(tmp_path, capsys, settings, mess
     assert main(["train", "--runs-dir", str(runs), *[f"--set={s}" for s in settings]]) == 2
     assert message in capsys.readouterr().err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_only_masked_moe_runs_join_ensembles():
+    from sglab.train.ensemble import ensemble_key
+    from tests.conftest import tiny_config
+
+    moe = ["model.activation=relu", "model.ffn=sigma_moe", "model.moe_experts=4",
+           "model.moe_expert_size=8", "model.moe_top_k=2"]
+    assert ensemble_key(tiny_config(*moe)) is not None
+    assert ensemble_key(tiny_config(*moe, "model.moe_impl=sorted")) is None
+    assert ensemble_key(tiny_config(*moe, "model.expert_dropout=0.1")) is None

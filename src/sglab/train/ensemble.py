@@ -56,6 +56,9 @@ def ensemble_key(config: RunConfig) -> str | None:
         return None
     if getattr(config.model, "encoder_decoder", False):  # the stacked forward has no source
         return None
+    if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
+            "sigma_moe", "switch", "s_base"):  # data-dependent shapes: no vmap
+        return None
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data
