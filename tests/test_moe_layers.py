@@ -292,3 +292,13 @@ def test_only_masked_moe_runs_join_ensembles():
     assert ensemble_key(tiny_config(*moe)) is not None
     assert ensemble_key(tiny_config(*moe, "model.moe_impl=sorted")) is None
     assert ensemble_key(tiny_config(*moe, "model.expert_dropout=0.1")) is None
+
+
+def test_ensemble_of_sigma_moe_runs_matches_the_runs_alone(tmp_path):
+    """Masked routing under vmap, with the balancing loss in model.aux_loss per member."""
+    from tests.test_ensemble import assert_same_as_alone, member_configs
+
+    configs = member_configs("model.activation=relu", "model.ffn=sigma_moe",
+                             "model.moe_experts=4", "model.moe_expert_size=8",
+                             "model.moe_top_k=2", "model.moe_reg_weight=0.01")[:2]
+    assert_same_as_alone(configs, tmp_path)
