@@ -21,6 +21,7 @@ from sglab.tasks import build_task
 from sglab.train.loop import load_run_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "published"
+TEXT_FIXTURE = Path(__file__).parent / "fixtures" / "text" / "tiny.txt"
 GEOMETRIC = ["model.attention=geometric", "model.attention_mask=bidirectional",
              "model.pos_encoding=none"]
 ABS_REL = ["model.attention=abs_rel_gated", "model.attention_mask=bidirectional",
@@ -184,6 +185,8 @@ SMALL_TASKS = {
     "cogs": {"data_dir": "cogs", "verify_published": False},
     "pcfg": {"data_dir": "pcfgset", "verify_published": False},
     "cfq": {"data_dir": "cfq"},
+    "text": {"corpus": "file", "path": str(TEXT_FIXTURE), "context": 16,
+             "sha256": "68d0b59171cfca17a6a36577de2a781a019c12c5462dfbd14d4edcec33e92d16"},
 }
 
 
@@ -209,6 +212,8 @@ def test_declared_evaluation_splits_are_the_splits_the_task_evaluates(name, tmp_
     ({"name": "scan", "split": "cutoff_26", "eval_oracle_length": True},
      {"name": "seq2seq", "d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 1}),
     ({"name": "topics", "eval_documents": 8}, {"attention_mask": "bidirectional"}),
+    ({"name": "text", "corpus": "file", "path": str(TEXT_FIXTURE), "context": 16,
+      "sha256": "68d0b59171cfca17a6a36577de2a781a019c12c5462dfbd14d4edcec33e92d16"}, {}),
 ])
 def test_every_metric_an_evaluation_logs_is_a_declared_metric(task, model):
     model = {"n_layers": 1, "n_heads": 2, "d_model": 16, **model}
