@@ -302,3 +302,15 @@ def test_ensemble_of_sigma_moe_runs_matches_the_runs_alone(tmp_path):
                              "model.moe_experts=4", "model.moe_expert_size=8",
                              "model.moe_top_k=2", "model.moe_reg_weight=0.01")[:2]
     assert_same_as_alone(configs, tmp_path)
+
+
+def test_model_flops_per_token_adds_three_times_each_ffn_forward():
+    """Training FLOPs = 6 x matmul parameters + attention; an MLP's share is 3 x its forward."""
+    _, dense = tiny_model("model.d_ff=48")
+    c = dense.config
+    expected = 6 * (c.n_layers * (4 * c.d_model**2 + 2 * c.d_model * 48)
+                    + dense.tok_emb.weight.numel()) + 6 * c.n_layers * 2 * 10 * c.d_model
+    assert dense.flops_per_token(10) == expected
+    _, moe = tiny_model("model.activation=relu", *FFNS["sigma_moe"])
+    mlp = moe.blocks[0].mlp.forward_flops_per_token()
+    assert moe.flops_per_token(10) == expected - 3 * c.n_layers * (4 * c.d_model * 48 - mlp)
