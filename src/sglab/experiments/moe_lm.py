@@ -17,7 +17,7 @@ Claims (Tab. 7.3: E8 1.08 vs 1.08 bpc at 25% FLOPs, WT-S 11.71 vs 11.81 ppl):
 Tolerance, from a measurement: the default shapes trained for 300 of the 1,200 steps
 (2 seeds, one thread each) gave a σ-MoE minus dense gap of +0.024 bpb (per seed +0.011,
 +0.038) with a seed spread of 0.021, so the rule's 2 x seed spread (0.042) carries it and
-the 0.02 floor only matters for a single seed (README, moe-lm section).
+the 0.02 floor only matters for a single seed (README, "Approximating the MLP").
 """
 
 from __future__ import annotations
