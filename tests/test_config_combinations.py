@@ -21,6 +21,7 @@ from sglab.tasks import build_task
 from sglab.train.loop import load_run_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "published"
+TEXT_FIXTURE = Path(__file__).parent / "fixtures" / "text" / "tiny.txt"
 GEOMETRIC = ["model.attention=geometric", "model.attention_mask=bidirectional",
              "model.pos_encoding=none"]
 ABS_REL = ["model.attention=abs_rel_gated", "model.attention_mask=bidirectional",
@@ -33,7 +34,8 @@ NO_EFFECT = [
     (["model.init_gamma=0.3"], "init_gamma=0.3", "init=gamma"),
     (["model.pos_encoding=none", "model.max_len=64"], "max_len=64",
      "pos_encoding=learned, sinusoidal or rotary"),
-    (["model.ffn=none", "model.activation=relu"], "activation=relu", "ffn=dense"),
+    (["model.ffn=none", "model.activation=relu"], "activation=relu",
+     "ffn=dense, topk, sigma_moe, switch or s_base"),
     ([*GEOMETRIC, "model.attention_out_projection=false"], "attention_out_projection=false",
      "attention=softmax"),
     (["model.attention_dropout=0.1"], "attention_dropout=0.1",
@@ -214,6 +216,8 @@ SMALL_TASKS = {
     "dnc_repeat_copy": {"valid_batches": 1},
     "dnc_associative_recall": {"valid_batches": 1},
     "dnc_key_value": {"valid_batches": 1},
+    "text": {"corpus": "file", "path": str(TEXT_FIXTURE), "context": 16,
+             "sha256": "68d0b59171cfca17a6a36577de2a781a019c12c5462dfbd14d4edcec33e92d16"},
 }
 BIT_TASKS = {"dnc_repeat_copy", "dnc_associative_recall", "dnc_key_value"}  # need train.loss=bits
 
@@ -241,6 +245,8 @@ def test_declared_evaluation_splits_are_the_splits_the_task_evaluates(name, tmp_
     ({"name": "scan", "split": "cutoff_26", "eval_oracle_length": True},
      {"name": "seq2seq", "d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 1}),
     ({"name": "topics", "eval_documents": 8}, {"attention_mask": "bidirectional"}),
+    ({"name": "text", "corpus": "file", "path": str(TEXT_FIXTURE), "context": 16,
+      "sha256": "68d0b59171cfca17a6a36577de2a781a019c12c5462dfbd14d4edcec33e92d16"}, {}),
 ])
 def test_every_metric_an_evaluation_logs_is_a_declared_metric(task, model):
     model = {"n_layers": 1, "n_heads": 2, "d_model": 16, **model}

@@ -71,15 +71,23 @@ def drawing_member_masks() -> bool:
     return _KEY.get() is not None
 
 
+def keep_mask(like: torch.Tensor, p: float) -> torch.Tensor:
+    """A boolean mask shaped like ``like``, each entry kept with probability 1 - p: from the
+    global generator, or inside :func:`member_masks` from the member's key."""
+    key = _KEY.get()
+    if key is None:
+        return torch.rand_like(like) >= p
+    call = key.calls[0]
+    key.calls[0] += 1
+    return keyed_uniform(key.seed, key.step, call, like.shape, like.device) >= p
+
+
 def apply_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout``, or inside :func:`member_masks` the same with a keyed mask."""
     key = _KEY.get()
     if key is None or not training or p == 0:
         return F.dropout(x, p, training)
-    call = key.calls[0]
-    key.calls[0] += 1
-    keep = keyed_uniform(key.seed, key.step, call, x.shape, x.device) >= p
-    return x * keep.to(x.dtype) / (1 - p)
+    return x * keep_mask(x, p).to(x.dtype) / (1 - p)
 
 
 class Dropout(nn.Dropout):
@@ -89,5 +97,5 @@ class Dropout(nn.Dropout):
         return apply_dropout(x, self.p, self.training)
 
 
-__all__ = ["Dropout", "apply_dropout", "drawing_member_masks", "dropout_fields_on", "keyed_uniform",
-           "member_masks"]
+__all__ = ["Dropout", "apply_dropout", "drawing_member_masks", "dropout_fields_on", "keep_mask",
+           "keyed_uniform", "member_masks"]

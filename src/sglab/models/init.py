@@ -15,6 +15,9 @@ linear layers Kaiming-uniform), as in the Neural Data Router code; the transform
 stack adds that code's Xavier init of geometric attention and copy-gated layers
 (``models.transformer.init_ndr_weights``). With a copy gate, unit-scale embeddings
 matter: a column that copies keeps its token identity at the scale of the updates.
+
+``fan_in``: the init of the thesis Ch. 7 code -- linear weights N(0, 2 / (n_layers *
+fan_in)), embeddings N(0, 1), zero biases (MoE and PKM layers init themselves).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ def apply_init(model: nn.Module, scheme: str, gamma: float, n_layers: int) -> No
         if isinstance(module, (nn.Linear, nn.Embedding)):
             if scheme == "gamma":
                 std = init_std(module, gamma)
+            elif scheme == "fan_in":  # thesis Ch. 7 code: sqrt(2 / (n_layers fan_in)); embeddings N(0, 1)
+                std = (1.0 if isinstance(module, nn.Embedding)
+                       else math.sqrt(2 / (n_layers * module.in_features)))
             elif name.endswith(residual_out_names):
                 std = 0.02 / math.sqrt(2 * n_layers)
             else:

@@ -25,10 +25,12 @@ is a halting-weighted mixture of its states, and the ponder loss is left in
 Hook names: ``embed``, ``blocks.{i}.attn.pattern``, ``blocks.{i}.attn_out``,
 ``blocks.{i}.resid_mid``, ``blocks.{i}.mlp.hidden``, ``blocks.{i}.mlp_out``,
 ``blocks.{i}.resid_post`` (the block output), ``final`` (input of the unembedding);
-copy-gated blocks add ``blocks.{i}.gate``. With shared layers ``i`` is the step:
-every step has its own hook points while the weights are shared. ACT adds
-``halting.weights`` (readout weight of every step) and ``halting.steps`` (halting step
-of every column).
+copy-gated blocks add ``blocks.{i}.gate``; MoE blocks (``ffn: sigma_moe | switch | s_base``,
+models/moe.py) add ``blocks.{i}.mlp.scores`` (selector logits) and ``blocks.{i}.mlp.experts``
+(the chosen experts), and leave their balancing losses, summed over layers, in ``aux_loss``.
+With shared layers ``i`` is the step: every step has its own hook points while the
+weights are shared. ACT adds ``halting.weights`` (readout weight of every step) and
+``halting.steps`` (halting step of every column).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from sglab.errors import SglabError
 from sglab.models.abs_rel import AbsRelGatedAttention
 from sglab.models.act import AdaptiveHalting
 from sglab.models.attention import CrossAttention, SelfAttention
-from sglab.models.dropout import Dropout
+from sglab.models.dropout import Dropout, keep_mask
+from sglab.models.ffn import MOE_KINDS, make_ffn
 from sglab.models.geometric import GeometricAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
@@ -73,17 +76,45 @@ class TransformerConfig(ModelConfig):
         default_factory=list, description="Layers whose two residual connections are removed."
     )
     activation: Literal["gelu", "relu"] = "gelu"
-    init: Literal["default", "gamma", "torch"] = Field(
+    init: Literal["default", "gamma", "torch", "fan_in"] = Field(
         "default", description="default: GPT-2 style N(0, 0.02) (residual outputs scaled by "
                                "depth); gamma: N(0, d_in^-2gamma) (init-scale study); torch: "
                                "PyTorch's own module inits (embeddings N(0, 1)) with the NDR "
-                               "code's Xavier init of geometric attention and copy-gated layers.")
+                               "code's Xavier init of geometric attention and copy-gated layers; "
+                               "fan_in: N(0, 2 / (n_layers fan_in)) (thesis Ch. 7 code).")
     init_gamma: float = Field(0.5, gt=0, description="sigma = d_in^-gamma when init=gamma.")
     tie_embeddings: bool = True
     dropout: float = Field(0.0, ge=0, lt=1)
     bias: bool = False
     max_len: int | None = Field(None, ge=1, description="Longest input (null = the task's).")
-    ffn: Literal["dense", "none"] = Field("dense", description="none: blocks have no MLP sub-block.")
+    ffn: Literal["dense", "none", "topk", "pkm", "sigma_moe", "switch", "s_base"] = Field(
+        "dense", description="none: blocks have no MLP sub-block; topk, pkm, sigma_moe, switch, "
+                             "s_base: the MLP approximations of thesis Ch. 7 (models/ffn.py, "
+                             "models/moe.py).")
+    ffn_top_k: int | None = Field(None, ge=1, description="ffn=topk: units kept (K, Eq. 7.6).")
+    pkm_heads: int = Field(4, ge=1, description="ffn=pkm: heads.")
+    pkm_subkeys: int | None = Field(None, ge=1, description="ffn=pkm: sub-keys per half "
+                                                          "(n_sub^2 values).")
+    pkm_top_k: int = Field(32, ge=1, description="ffn=pkm: values chosen per head.")
+    pkm_activation: Literal["relu", "softmax"] = "relu"
+    moe_experts: int | None = Field(None, ge=1, description="MoE kinds: number of experts N_E.")
+    moe_expert_size: int | None = Field(None, ge=1, description="MoE kinds: expert size G.")
+    moe_top_k: int | None = Field(None, ge=1, description="MoE kinds: experts per token K.")
+    moe_impl: Literal["masked", "sorted"] = Field(
+        "masked", description="masked: every expert computed, then weighted (vmap-able); "
+                              "sorted: one matmul per non-empty expert.")
+    moe_selection: Literal["sigmoid", "softmax_before", "softmax_after"] = Field(
+        "sigmoid", description="ffn=sigma_moe: score function (Tab. 7.4 ablations).")
+    moe_init: Literal["sigma", "standard"] = Field(
+        "sigma", description="sigma: W2^e std from d_ff = N_E G (Sec. 7.4); standard: from G.")
+    expert_dropout: float = Field(0.0, ge=0, lt=1, description="MoE kinds: expert dropout "
+                                                               "delta (training).")
+    expert_hidden_dropout: float = Field(0.0, ge=0, lt=1, description="MoE kinds: standard "
+                                                                      "dropout on expert units.")
+    moe_reg_weight: float = Field(0.001, ge=0, description="MoE kinds: gamma of the balancing "
+                                                           "loss (Eq. 7.20; Switch: Eq. 7.16).")
+    switch_loss_scale: Literal["equation", "code"] = Field(
+        "equation", description="ffn=switch: N_E f.p (equation) or f.p / N_E (code).")
     embedding: Literal["learned", "one_hot"] = Field(
         "learned", description="one_hot: token embeddings fixed to the identity (d_model must "
                                "equal the vocabulary size); tied decoder = identity too.")
@@ -150,8 +181,9 @@ class TransformerConfig(ModelConfig):
             raise ValueError(
                 f"residual_ablation has layer indices {bad} outside 0..{self.n_layers - 1}"
             )
-        if self.ffn == "none" and self.d_ff is not None:
-            raise ValueError(f"d_ff={self.d_ff} has no effect with ffn=none; remove d_ff")
+        if self.ffn not in ("dense", "topk") and self.d_ff is not None:
+            raise ValueError(f"d_ff={self.d_ff} has no effect with ffn={self.ffn}; remove d_ff")
+        self._check_ffn()
         if self.attention != "softmax":
             if self.attention_mask != "bidirectional":
                 raise ValueError(f"attention={self.attention} is bidirectional only; set "
@@ -171,6 +203,28 @@ class TransformerConfig(ModelConfig):
                              "shared_layers=true")
         return self
 
+    def _check_ffn(self) -> None:
+        moe = self.ffn in MOE_KINDS
+        if self.ffn == "topk":
+            if self.ffn_top_k is None:
+                raise ValueError("ffn=topk needs ffn_top_k (units kept per token)")
+            if self.ffn_top_k > (self.d_ff or 4 * self.d_model):
+                raise ValueError(f"ffn_top_k={self.ffn_top_k} is larger than d_ff="
+                                 f"{self.d_ff or 4 * self.d_model}")
+        if self.ffn == "pkm":
+            if self.pkm_subkeys is None:
+                raise ValueError("ffn=pkm needs pkm_subkeys (n_sub^2 values)")
+            if self.d_model % 2:
+                raise ValueError(f"ffn=pkm splits x into halves: d_model={self.d_model} must be even")
+        if moe:
+            missing = [f for f in ("moe_experts", "moe_expert_size", "moe_top_k")
+                       if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"ffn={self.ffn} needs {', '.join(missing)}")
+            if self.moe_top_k > self.moe_experts:
+                raise ValueError(f"moe_top_k={self.moe_top_k} is larger than moe_experts="
+                                 f"{self.moe_experts}; choose K <= N_E")
+
     @model_validator(mode="after")
     def _check_switches(self):
         """Fields set away from their default must have an effect (see check_switches)."""
@@ -185,7 +239,17 @@ class TransformerConfig(ModelConfig):
                         "pos_encoding=learned, sinusoidal or rotary"),
             # copy-gated layers compute ReLU and biased FFNs whatever activation and bias
             # say; activation=relu and bias=true (what the NDR presets set) describe them
-            "activation": (self.ffn == "dense", "ffn=dense"),
+            "activation": (self.ffn != "none" and self.ffn != "pkm",
+                           "ffn=dense, topk, sigma_moe, switch or s_base"),
+            "ffn_top_k": (self.ffn == "topk", "ffn=topk"),
+            **{f: (self.ffn == "pkm", "ffn=pkm")
+               for f in ("pkm_heads", "pkm_subkeys", "pkm_top_k", "pkm_activation")},
+            **{f: (self.ffn in MOE_KINDS, "ffn=sigma_moe, switch or s_base")
+               for f in ("moe_experts", "moe_expert_size", "moe_top_k", "moe_impl",
+                         "expert_dropout", "expert_hidden_dropout", "moe_reg_weight")},
+            "moe_selection": (self.ffn == "sigma_moe", "ffn=sigma_moe"),
+            "moe_init": (self.ffn in ("sigma_moe", "s_base"), "ffn=sigma_moe or s_base"),
+            "switch_loss_scale": (self.ffn == "switch", "ffn=switch"),
             "attention_out_projection": (self.attention == "softmax", "attention=softmax"),
             "attention_dropout": (self.attention != "softmax",
                                   "attention=geometric or attention=abs_rel_gated"),
@@ -201,19 +265,6 @@ class TransformerConfig(ModelConfig):
 
     def evaluation_statistics(self) -> list[str]:
         return ["act_steps"] if self.act != "none" else []
-
-
-class MLP(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, bias: bool, activation: str, dropout: float):
-        super().__init__()
-        self.up = nn.Linear(d_model, d_ff, bias=bias)
-        self.out = nn.Linear(d_ff, d_model, bias=bias)
-        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
-        self.hidden = HookPoint()
-        self.drop = Dropout(dropout)
-
-    def forward(self, x):
-        return self.drop(self.out(self.hidden(self.act(self.up(x)))))
 
 
 def _norm(config: TransformerConfig) -> nn.Module:
@@ -247,11 +298,10 @@ class Block(nn.Module):
         super().__init__()
         self.norm_placement = config.norm
         self.residual = index not in config.residual_ablation
-        has_mlp = config.ffn == "dense"
+        has_mlp = config.ffn != "none"
         self.ln_1, self.ln_2 = _norm(config), _norm(config) if has_mlp else nn.Identity()
         self.attn = make_attention(config, rotary)
-        self.mlp = (MLP(config.d_model, config.d_ff or 4 * config.d_model, config.bias,
-                        config.activation, config.dropout) if has_mlp else None)
+        self.mlp = make_ffn(config, config.n_layers)
         self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
@@ -361,7 +411,7 @@ class CopyGateBlock(nn.Module):
         u = self.mlp_out(self.ln_2(u) if self.ln_2 is not None else torch.tanh(u))  # Eq. 5.2
         g = torch.sigmoid(self.gate_ffn(a))                                      # Eq. 5.3
         if self.training and self.gate_dropout > 0:
-            keep = torch.rand(*g.shape[:-1], 1, device=g.device) >= self.gate_dropout
+            keep = keep_mask(g[..., :1], self.gate_dropout)  # one draw per position
             g = g * keep
         g = self.gate(g)
         return self.resid_post(g * u + (1 - g) * x)                              # Eq. 5.4
@@ -490,6 +540,10 @@ class Transformer(nn.Module):
                 states.append(x)
         if self.halting is not None:
             x = self.adaptive_output(torch.stack(states), input_ids, key_padding_mask)
+        ffn_losses = [loss for b in self.blocks[: self.steps]
+                      if (loss := getattr(getattr(b, "mlp", None), "aux_loss", None)) is not None]
+        if ffn_losses:  # MoE balancing losses, summed over layers
+            self.aux_loss = sum(ffn_losses) + (0 if self.aux_loss is None else self.aux_loss)
         if self.config.readout != "none":
             x = self.readout_column(x, key_padding_mask)
         x = self.final(self.ln_f(x))
@@ -528,11 +582,12 @@ class Transformer(nn.Module):
     def flops_per_token(self, length: int) -> float:
         """Training FLOPs per token (forward + backward = 3x forward), PaLM appendix B style."""
         c = self.config
-        d_ff = 0 if c.ffn == "none" else c.d_ff or 4 * c.d_model
-        matmul_params = c.n_layers * (4 * c.d_model**2 + 2 * c.d_model * d_ff)
-        matmul_params += self.tok_emb.weight.numel()  # unembedding
+        matmul_params = c.n_layers * 4 * c.d_model**2 + self.tok_emb.weight.numel()  # + unembedding
+        dense = 2 * 2 * c.d_model * (c.d_ff or 4 * c.d_model)  # copy-gated blocks' data FFN
+        ffn = sum(dense if not hasattr(b, "mlp") else 0 if b.mlp is None
+                  else b.mlp.forward_flops_per_token() for b in self.blocks[: c.n_layers])
         attention = c.n_layers * 2 * length * c.d_model  # QK^T and PV per token
-        return 6 * matmul_params + 6 * attention
+        return 6 * matmul_params + 3 * ffn + 6 * attention
 
 
 @registry.register("model", "transformer", TransformerConfig, "one configurable transformer stack")

@@ -66,6 +66,9 @@ def ensemble_key(config: RunConfig) -> str | None:
         return None
     if config.model.name == "lstm" and dropout_fields_on(config.model):  # nn.LSTM draws its own masks
         return None
+    if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
+            "sigma_moe", "switch", "s_base"):  # data-dependent shapes: no vmap
+        return None
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data

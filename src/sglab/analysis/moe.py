@@ -1,0 +1,78 @@
+"""Sparsity of MLP units and expert usage (thesis Figs. 7.1, 7.3, F.1-F.4).
+
+Pure reductions of captured activations plus :func:`ffn_statistics`, which captures
+``blocks.{i}.mlp.hidden`` (dense / Top-K units), ``blocks.{i}.mlp.experts`` (chosen
+experts, [.., K]) of every layer on a batch of inputs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+
+import torch
+from torch import nn
+
+from sglab.analysis.hooks import capture, hook_names
+
+
+def active_units(hidden: torch.Tensor) -> float:
+    """Mean number of nonzero units per token (hidden: [..., d_ff])."""
+    return float((hidden != 0).reshape(-1, hidden.shape[-1]).sum(-1).float().mean())
+
+
+def expert_usage(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Fraction of all (token, slot) selections that went to each expert [N_E]."""
+    counts = torch.bincount(experts.reshape(-1), minlength=n_experts).float()
+    return counts / counts.sum().clamp_min(1)
+
+
+def dead_experts(usage: torch.Tensor) -> int:
+    """Experts that were never chosen."""
+    return int((usage == 0).sum())
+
+
+def usage_entropy(usage: torch.Tensor) -> float:
+    """Entropy of the usage distribution divided by log N_E (1 = uniform, 0 = one expert)."""
+    p = usage[usage > 0]
+    return float(-(p * p.log()).sum() / math.log(len(usage))) if len(usage) > 1 else 1.0
+
+
+def co_occurrence(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """[N_E, N_E]: how often experts i != j are chosen for the same token (thesis Fig. F.3)."""
+    one_hot = torch.zeros(experts.reshape(-1, experts.shape[-1]).shape[0], n_experts)
+    one_hot.scatter_(1, experts.reshape(-1, experts.shape[-1]), 1.0)
+    counts = one_hot.T @ one_hot
+    return counts.fill_diagonal_(0)
+
+
+def _layers(captured: dict[str, torch.Tensor], suffix: str) -> list[torch.Tensor]:
+    found = sorted((int(m.group(1)), v) for k, v in captured.items()
+                   if (m := re.fullmatch(rf"blocks\.(\d+)\.mlp\.{suffix}", k)))
+    return [v for _, v in found]
+
+
+def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]:
+    """Per layer: ``active_units`` (dense/Top-K), or ``usage`` (sorted by popularity,
+    descending), ``dead_experts`` and ``usage_entropy`` (MoE layers)."""
+    names = set(hook_names(model))
+    patterns = [p for p in ("blocks.*.mlp.hidden", "blocks.*.mlp.experts")
+                if any(fnmatch.fnmatchcase(n, p) for n in names)]
+    captured = capture(model, patterns, input_ids) if patterns else {}
+    out: dict[str, list] = {}
+    hidden = _layers(captured, "hidden")
+    if hidden:
+        out["active_units"] = [active_units(h) for h in hidden]
+    experts = _layers(captured, "experts")
+    if experts:
+        n_experts = model.config.moe_experts
+        usages = [expert_usage(e, n_experts) for e in experts]
+        out["usage"] = [u.sort(descending=True).values.tolist() for u in usages]
+        out["dead_experts"] = [dead_experts(u) for u in usages]
+        out["usage_entropy"] = [usage_entropy(u) for u in usages]
+    return out
+
+
+__all__ = ["active_units", "co_occurrence", "dead_experts", "expert_usage", "ffn_statistics",
+           "usage_entropy"]
