@@ -283,7 +283,7 @@ def test_cli_bad_ffn_exits_2_and_writes_nothing(tmp_path, capsys, settings, mess
     assert not runs.exists() or not any(runs.iterdir())
 
 
-def test_only_masked_moe_runs_join_ensembles():
+def test_only_masked_moe_runs_join_ensembles(monkeypatch):
     from sglab.train.ensemble import ensemble_key
     from tests.conftest import tiny_config
 
@@ -291,7 +291,14 @@ def test_only_masked_moe_runs_join_ensembles():
            "model.moe_expert_size=8", "model.moe_top_k=2"]
     assert ensemble_key(tiny_config(*moe)) is not None
     assert ensemble_key(tiny_config(*moe, "model.moe_impl=sorted")) is None
-    assert ensemble_key(tiny_config(*moe, "model.expert_dropout=0.1")) is None
+    # expert dropout draws per-member keyed masks in an ensemble (sglab.models.dropout); on a
+    # CPU such runs train alone, as every run with dropout
+    from sglab.sweep.jobs import executions
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dropped = [tiny_config(*moe, "model.expert_dropout=0.1", f"seed={s}") for s in (0, 1)]
+    assert ensemble_key(dropped[0]) is not None
+    assert executions(dropped, True) == ["alone", "alone"]
 
 
 def test_ensemble_of_sigma_moe_runs_matches_the_runs_alone(tmp_path):
