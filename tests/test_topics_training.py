@@ -39,7 +39,7 @@ def test_sgd_optimizer_and_momentum_validation():
     assert torch.allclose(model.weight, before - 0.1 * grad)
     assert isinstance(make_optimizer(model, tiny_config().train, torch.device("cpu")),
                       torch.optim.AdamW)
-    with pytest.raises(SglabError, match="momentum=0.9 is an SGD setting"):
+    with pytest.raises(SglabError, match="momentum=0.9 is an SGD / RMSProp setting"):
         tiny_config("train.momentum=0.9")
 
 
