@@ -34,8 +34,10 @@ of every column).
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections import OrderedDict
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -540,8 +542,14 @@ def make_transformer(config: TransformerConfig, vocab_size: int, max_len: int) -
     return Transformer(config, vocab_size, max_len)
 
 
-def build_model(config: ModelConfig, vocab_size: int, max_len: int) -> nn.Module:
-    return registry.entry("model", config.name).factory(config, vocab_size, max_len)
+def build_model(config: ModelConfig, vocab_size: int, max_len: int,
+                runs_dir: str | Path | None = None) -> nn.Module:
+    """The registered model of ``config``. ``runs_dir``: the run store, for models built on
+    another run (``masked`` reads its base run there); other models ignore it."""
+    factory = registry.entry("model", config.name).factory
+    if "runs_dir" in inspect.signature(factory).parameters:
+        return factory(config, vocab_size, max_len, runs_dir=runs_dir)
+    return factory(config, vocab_size, max_len)
 
 
 __all__ = ["Transformer", "TransformerConfig", "build_model"]

@@ -57,6 +57,8 @@ def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
     if config.train.compile:
         return None
+    if config.model.name == "masked":  # mask samples draw from the global RNG per run
+        return None
     if config.model.name == "lstm" and dropout_fields_on(config.model):  # nn.LSTM draws its own masks
         return None
     data = config.to_dict()

@@ -310,7 +310,8 @@ class Trainer:
         task = tasks[task_key]
         self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)
-        model = build_model(config.model, len(task.vocab), task.max_length).to(device)
+        model = build_model(config.model, len(task.vocab), task.max_length,
+                            runs_dir=self.runs_dir).to(device)
         optimizer = make_optimizer(model, config.train, device)
         generator = torch.Generator().manual_seed(config.seed)
         run = RunProgress(self, task, model, optimizer, generator, device,
@@ -506,7 +507,7 @@ def load_trained(run_dir: str | Path, which: str = "last"):
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     task = build_task(config.task)
-    model = build_model(config.model, len(task.vocab), task.max_length)
+    model = build_model(config.model, len(task.vocab), task.max_length, runs_dir=run_dir.parent)
     _load_weights(model, run_dir, which, config)
     return config, task, model
 
@@ -522,7 +523,8 @@ def load_model(run_dir: str | Path, which: str = "last") -> tuple[RunConfig, tor
         raise SglabError(f"{str(run_dir / 'summary.json')!r} does not record vocab_size and "
                          "max_length (a run from an older sglab); use load_trained, which "
                          "rebuilds the task to learn them")
-    model = build_model(config.model, summary["vocab_size"], summary["max_length"])
+    model = build_model(config.model, summary["vocab_size"], summary["max_length"],
+                        runs_dir=run_dir.parent)
     _load_weights(model, run_dir, which, config)
     return config, model
 
