@@ -22,6 +22,7 @@ from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, at_most, claim, greater_than
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
 from sglab.registry import register_experiment
+from sglab.report.plots import grouped_bars
 
 SPLIT = "iid_test"
 
@@ -137,12 +138,18 @@ class WeightMaskExperiment(Experiment):
         kept_table = {"title": "Weights kept by each mask", "columns": ["mask", "kept weights"],
                       "rows": [[n, format_mean_std([s["kept"][n] for s in seeds], 0)]
                                for n in ["full", *names]]}
+        figure = grouped_bars(out_dir, "sharing", {
+            n: {layer: statistics.mean(100 * s["sharing"][n][layer] for s in seeds)
+                for layer in layers} for n in names},
+            title="Shared proportion per layer", ylabel="shared [%]", ylim=(0, 100),
+            caption="Proportion of a subtask mask's weights that the other subtask's mask "
+                    "also keeps, per layer (mean over seeds; thesis Figs 3.1, 3.3).")
         sections = [{"title": "Masks on their own and the other subtask",
                      "text": f"{len(seeds)} seed(s); FNN {params['hidden']}, base "
                              f"{params['base_steps']} steps, masks {params['mask_steps']} "
                              f"steps, beta {params['beta']}.",
                      "tables": [table, hidden_table, sharing_table, kept_table,
-                                *self.extra_tables(seeds)]}]
+                                *self.extra_tables(seeds)], "figures": [figure]}]
         return {"claims": self.claims(params, seeds), "sections": sections}
 
     def extra_tables(self, seeds) -> list[dict[str, Any]]:
