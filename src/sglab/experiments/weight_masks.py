@@ -83,7 +83,9 @@ class WeightMaskExperiment(Experiment):
         final = {name: run.model().final_masks() for name, run in masks.items()}
         layers = list(final["full"])
         ones = {n: torch.ones_like(m) for n, m in final["full"].items()}
-        tried = {"none": ones, "full": final["full"]}
+        tried = {"none": ones, "full": final["full"],  # and its half masks (thesis B.1)
+                 "full, first half": wm.half_masks(final["full"], first=True),
+                 "full, second half": wm.half_masks(final["full"], first=False)}
         for name in self.subsets:
             tried[name], tried[f"not {name}"] = final[name], wm.invert(final[name])
             hidden = [n for n in layers if n not in (layers[0], layers[-1])]  # I/O stay
@@ -129,6 +131,13 @@ class WeightMaskExperiment(Experiment):
                         "rows": [[g, *(format_mean_std([100 * s["accuracy"][c][g]
                                                         for s in seeds], 1)
                                        for c in hidden_cols)] for g in self.groups.values()]}
+        half_cols = ["none", "full, first half", "full, second half"]
+        half_table = {"title": "Half masks: the full-task mask on the first ceil(n/2) or the "
+                               "other layers only [%] (thesis B.1)",
+                      "columns": ["tested", *half_cols],
+                      "rows": [[g, *(format_mean_std([100 * s["accuracy"][c][g] for s in seeds],
+                                                     1) for c in half_cols)]
+                               for g in self.groups.values()]}
         layers = seeds[0]["layers"]
         sharing_table = {"title": "Shared proportion per layer [%] (Figs 3.1/3.3)",
                          "columns": ["mask", *layers],
@@ -148,7 +157,7 @@ class WeightMaskExperiment(Experiment):
                      "text": f"{len(seeds)} seed(s); FNN {params['hidden']}, base "
                              f"{params['base_steps']} steps, masks {params['mask_steps']} "
                              f"steps, beta {params['beta']}.",
-                     "tables": [table, hidden_table, sharing_table, kept_table,
+                     "tables": [table, hidden_table, half_table, sharing_table, kept_table,
                                 *self.extra_tables(seeds)], "figures": [figure]}]
         return {"claims": self.claims(params, seeds), "sections": sections}
 
