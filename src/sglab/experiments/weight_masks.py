@@ -19,12 +19,13 @@ import torch
 
 from sglab.analysis import weight_masks as wm
 from sglab.experiments.base import Experiment
-from sglab.experiments.claims import at_least, at_most, claim, greater_than
+from sglab.experiments.claims import at_least, at_most, claim, greater_than, not_measurable
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
 from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
 
 SPLIT = "iid_test"
+BASE_MIN = 0.9  # masks are compared on nets that solve every subtask
 
 
 def train_settings(steps: int, batch: int, lr: float, eval_every: int) -> dict[str, Any]:
@@ -159,7 +160,17 @@ class WeightMaskExperiment(Experiment):
                              f"steps, beta {params['beta']}.",
                      "tables": [table, hidden_table, half_table, sharing_table, kept_table,
                                 *self.extra_tables(seeds)], "figures": [figure]}]
-        return {"claims": self.claims(params, seeds), "sections": sections}
+        return {"claims": self.checked_claims(params, seeds), "sections": sections}
+
+    def checked_claims(self, params, seeds) -> list:
+        """The claims, or (when a base net did not learn the task) each as not measurable."""
+        base = min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
+        claims = self.claims(params, seeds)
+        if base >= BASE_MIN:
+            return claims
+        reason = (f"the unmasked nets reach only {base:.3f} exact match on a subtask (the "
+                  f"claims need >= {BASE_MIN}); train them longer (a larger preset)")
+        return [not_measurable(c.id, c.statement, reason) for c in claims]
 
     def extra_tables(self, seeds) -> list[dict[str, Any]]:
         return []
@@ -177,15 +188,21 @@ class WeightMaskExperiment(Experiment):
         (a, b), (ga, gb) = list(self.subsets), [self.groups[n] for n in self.subsets]
         acc = lambda mask, group: [s["accuracy"][mask][group] for s in seeds]  # noqa: E731
         own, other, inv = params["own_min"], params["other_max"], params["inverted_max"]
+        # accuracy relative to the unmasked net (thesis B.3.3: a full-task mask keeps
+        # > 95% of it); the own-subtask masks are held to the same share
+        rel = lambda mask, group: [s["accuracy"][mask][group] / max(s["accuracy"]["none"][group],  # noqa: E731
+                                                                   1e-9) for s in seeds]
         return [
-            claim("full-mask-keeps-accuracy", "A mask trained on the full task loses little "
-                  "accuracy (B.1).", {f"full on {g}": acc("full", g) for g in (ga, gb)} |
-                  {f"none on {g}": acc("none", g) for g in (ga, gb)},
-                  [at_least(f"full on {g}", own) for g in (ga, gb)]),
-            claim("mask-specializes", f"A {a} mask solves {a} but not {b}, and vice versa "
-                  "(Tab. 3.1/B.1).", {f"{a} on {ga}": acc(a, ga), f"{a} on {gb}": acc(a, gb),
-                                      f"{b} on {gb}": acc(b, gb), f"{b} on {ga}": acc(b, ga)},
-                  [at_least(f"{a} on {ga}", own), at_least(f"{b} on {gb}", own),
+            claim("full-mask-keeps-accuracy", "A mask trained on the full task keeps more than "
+                  "95% of the unmasked accuracy (B.3.3).",
+                  {f"none on {g}": acc("none", g) for g in (ga, gb)} |
+                  {f"full/none on {g}": rel("full", g) for g in (ga, gb)},
+                  [at_least(f"full/none on {g}", 0.95) for g in (ga, gb)]),
+            claim("mask-specializes", f"A {a} mask solves {a} (relative to the unmasked net) "
+                  f"but not {b}, and vice versa (Tab. 3.1/B.1).",
+                  {f"{a}/none on {ga}": rel(a, ga), f"{a} on {gb}": acc(a, gb),
+                   f"{b}/none on {gb}": rel(b, gb), f"{b} on {ga}": acc(b, ga)},
+                  [at_least(f"{a}/none on {ga}", own), at_least(f"{b}/none on {gb}", own),
                    at_most(f"{a} on {gb}", other), at_most(f"{b} on {ga}", other)]),
             claim("inverted-mask-fails-own", "An inverted mask fails on its own subtask "
                   "(Tab. 3.1/B.1).", {f"not {a} on {ga}": acc(f"not {a}", ga),
