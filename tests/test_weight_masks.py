@@ -142,6 +142,27 @@ def test_bad_input_is_a_sglab_error(base_run, tmp_path):
         build_model(masked_config("x").model, 13, 5, runs_dir=unfinished)
 
 
+def test_recurrent_base_loops_over_mask_samples():
+    from sglab.models.masked import MaskedConfig, MaskedModel
+
+    base = build_model(build_run_config({"task": {"name": "add_mul"},
+                                         "model": {"name": "lstm", "d_model": 8,
+                                                   "dropout": 0.0}}).model, 13, 5)
+    model = MaskedModel(MaskedConfig(base_run="unused"), base)
+    assert model.loop and "embedding.weight" not in model.masked_names
+    ids = torch.randint(1, 13, (4, 5))
+    torch.manual_seed(3)
+    masks = {n: (torch.rand(2, *m.shape) < 0.6).float() for n, m in model.final_masks().items()}
+    together = model.forward_masked(ids, masks)
+    for k in range(2):
+        alone = model.forward_masked(ids[2 * k:2 * k + 2], {n: m[k] for n, m in masks.items()})
+        assert torch.allclose(together[2 * k:2 * k + 2], alone, atol=1e-6)
+    weights = dict(base.named_parameters())
+    zeroed = {n: weights[n] * masks[n][0] for n in masks}
+    assert torch.allclose(together[:2], functional_call(base, zeroed, (ids[:2],)), atol=1e-6)
+    assert not torch.allclose(together[:2], base(ids[:2]), atol=1e-3)
+
+
 def test_mask_comparisons_on_hand_built_masks():
     a = torch.tensor([1.0, 1, 0, 0])
     subset = torch.tensor([1.0, 0, 0, 0])

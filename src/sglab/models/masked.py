@@ -123,6 +123,8 @@ class MaskedModel(nn.Module):
             self.key(n): nn.Parameter(torch.full_like(weights[n], config.logit_init))
             for n in self.masked_names})
         self.is_causal = getattr(base, "is_causal", True)
+        # aten::lstm has no vmap rule: recurrent bases run their mask samples in a loop
+        self.loop = any(isinstance(m, nn.RNNBase) for m in base.modules())
         self.fixed: dict[str, torch.Tensor] | None = None
         self.aux_loss: torch.Tensor | None = None
 
@@ -179,6 +181,13 @@ class MaskedModel(nn.Module):
 
         def one(weights_k, ids_k, inputs_k):
             return functional_call(self.base, weights_k, (ids_k,), inputs_k)
+
+        if self.loop:
+            rows = batch // samples
+            return torch.cat([one({n: w[k] for n, w in stacked.items()},
+                                  input_ids[k * rows:(k + 1) * rows],
+                                  {n: v[k] for n, v in slices.items()})
+                              for k in range(samples)])
 
         out = vmap(one)(stacked, input_ids.reshape(samples, batch // samples,
                                                    *input_ids.shape[1:]), slices)
