@@ -163,6 +163,27 @@ def test_recurrent_base_loops_over_mask_samples():
     assert not torch.allclose(together[:2], base(ids[:2]), atol=1e-3)
 
 
+def test_lstm_repeat_schedules():
+    config = build_run_config({"task": {"name": "double_add"},
+                               "model": {"name": "lstm", "d_model": 8, "dropout": 0.0,
+                                         "outputs": 4, "input_mode": "repeat",
+                                         "repeat_steps": 6, "schedule": "forced"}})
+    model = build_model(config.model, 11, 8)
+    ids = torch.randint(1, 11, (5, 8))
+    changed = ids.clone()
+    changed[:, 4:] = torch.randint(1, 11, (5, 4))
+    out, other = model(ids), model(changed)
+    assert out.shape == (5, 4, 11)
+    # forced: pair 1 is read at step 3, before pair 2 is seen; pair 2's answer reads it
+    assert torch.equal(out[:, :2], other[:, :2]) and not torch.allclose(out[:, 2:], other[:, 2:])
+    together = build_model(config.model.model_copy(update={"schedule": "together"}), 11, 8)
+    assert not torch.allclose(together(ids)[:, :2], together(changed)[:, :2])
+    assert ensemble_key(config) is None  # aten::lstm has no vmap rule
+    with pytest.raises(SglabError, match="repeat_steps=4 has no effect without input_mode"):
+        build_run_config({"task": {"name": "double_add"},
+                          "model": {"name": "lstm", "repeat_steps": 4}})
+
+
 def test_mask_comparisons_on_hand_built_masks():
     a = torch.tensor([1.0, 1, 0, 0])
     subset = torch.tensor([1.0, 0, 0, 0])

@@ -12,6 +12,7 @@ subtask masks, and for add/mul which operation the net performs under each mask.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +52,22 @@ class WeightMaskExperiment(Experiment):
     def task_config(self, params, subset: str) -> dict[str, Any]:
         return {"name": self.task, "subset": subset, "valid_size": params["valid_size"]}
 
+    def model(self, params, variant: str) -> dict[str, Any]:
+        if variant == "FNN":
+            return {"name": "fnn", "hidden": params["hidden"], "outputs": self.outputs,
+                    "passes": self.passes}
+        lstm = {"name": "lstm", "d_model": params["lstm_hidden"], "dropout": 0.0,
+                "outputs": self.outputs, "input_mode": "repeat", "repeat_steps": self.steps}
+        return lstm | ({"schedule": "forced"} if variant == "LSTM forced" else {})
+
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """The base nets (the masks follow in a second stage, see :meth:`stages`)."""
-        base = {"task": self.task_config(params, "all"),
-                "model": {"name": "fnn", "hidden": params["hidden"], "outputs": self.outputs,
-                          "passes": self.passes},
-                "train": train_settings(params["base_steps"], params["batch"], 1e-3,
-                                        max(params["base_steps"] // 4, 1))}
-        return [Arm({"role": "base"}, base, seed=seed) for seed in params["seeds"]]
+        train = train_settings(params["base_steps"], params["batch"], 1e-3,
+                               max(params["base_steps"] // 4, 1))
+        return [Arm({"role": "base", "model": variant},
+                    {"task": self.task_config(params, "all"),
+                     "model": self.model(params, variant), "train": train}, seed=seed)
+                for variant in params["models"] for seed in params["seeds"]]
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         arms = []
@@ -69,7 +78,8 @@ class WeightMaskExperiment(Experiment):
                                     "beta": params["beta"]},
                           "train": train_settings(params["mask_steps"], params["batch"], 1e-2,
                                                   max(params["mask_steps"] // 2, 1))}
-                arms.append(Arm({"role": "mask", "mask": mask}, config, seed=base.seed))
+                arms.append(Arm({"role": "mask", "model": base["model"], "mask": mask}, config,
+                                seed=base.seed))
         return arms
 
     def stages(self, params):
@@ -98,7 +108,7 @@ class WeightMaskExperiment(Experiment):
                 record = task.evaluate(model.eval(), SPLIT, 2000)
             accuracy[name] = {g: record[f"{SPLIT}/exact_match/{g}"] for g in self.groups.values()}
         subtask = {n: final[n] for n in self.subsets}
-        weight_layers = [n for n in layers if n.endswith("weight")]
+        weight_layers = [n for n in layers if final["full"][n].dim() >= 2]
         sharing = wm.sharing_per_layer({n: {k: m[k] for k in weight_layers}
                                         for n, m in subtask.items()})
         out = {"accuracy": accuracy, "kept": {n: wm.count(m) for n, m in final.items()},
@@ -117,7 +127,16 @@ class WeightMaskExperiment(Experiment):
                 for base in runs.where(role="base")]
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        seeds = self.per_seed(runs)
+        claims, sections = [], []
+        for variant in params["models"]:
+            seeds = self.per_seed(runs.where(model=variant))
+            section = self.variant_section(params, variant, seeds, out_dir)
+            sections.append(section)
+            claims += [replace(c, id=f"{c.id}[{variant}]")
+                       for c in self.checked_claims(params, variant, seeds)]
+        return {"claims": claims, "sections": sections}
+
+    def variant_section(self, params, variant, seeds, out_dir) -> dict[str, Any]:
         names = list(self.subsets)
         columns = ["none", "full"] + [c for n in names for c in (n, f"not {n}")]
         table = {"title": f"Accuracy on {SPLIT} [%] per tested subtask (rows) and mask "
@@ -148,24 +167,23 @@ class WeightMaskExperiment(Experiment):
         kept_table = {"title": "Weights kept by each mask", "columns": ["mask", "kept weights"],
                       "rows": [[n, format_mean_std([s["kept"][n] for s in seeds], 0)]
                                for n in ["full", *names]]}
-        figure = grouped_bars(out_dir, "sharing", {
+        figure = grouped_bars(out_dir, f"sharing-{variant.replace(' ', '-')}", {
             n: {layer: statistics.mean(100 * s["sharing"][n][layer] for s in seeds)
                 for layer in layers} for n in names},
             title="Shared proportion per layer", ylabel="shared [%]", ylim=(0, 100),
             caption="Proportion of a subtask mask's weights that the other subtask's mask "
                     "also keeps, per layer (mean over seeds; thesis Figs 3.1, 3.3).")
-        sections = [{"title": "Masks on their own and the other subtask",
-                     "text": f"{len(seeds)} seed(s); FNN {params['hidden']}, base "
-                             f"{params['base_steps']} steps, masks {params['mask_steps']} "
-                             f"steps, beta {params['beta']}.",
-                     "tables": [table, hidden_table, half_table, sharing_table, kept_table,
-                                *self.extra_tables(seeds)], "figures": [figure]}]
-        return {"claims": self.checked_claims(params, seeds), "sections": sections}
+        size = params["hidden"] if variant == "FNN" else f"hidden {params['lstm_hidden']}"
+        return {"title": f"{variant}: masks on their own and the other subtask",
+                "text": f"{len(seeds)} seed(s); {variant} {size}, base {params['base_steps']} "
+                        f"steps, masks {params['mask_steps']} steps, beta {params['beta']}.",
+                "tables": [table, hidden_table, half_table, sharing_table, kept_table,
+                           *self.extra_tables(seeds)], "figures": [figure]}
 
-    def checked_claims(self, params, seeds) -> list:
+    def checked_claims(self, params, variant, seeds) -> list:
         """The claims, or (when a base net did not learn the task) each as not measurable."""
         base = min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
-        claims = self.claims(params, seeds)
+        claims = self.claims(params, variant, seeds)
         if base >= BASE_MIN:
             return claims
         reason = (f"the unmasked nets reach only {base:.3f} exact match on a subtask (the "
@@ -216,14 +234,17 @@ class AddMul(WeightMaskExperiment):
     title = "Weight masks: addition vs multiplication share I/O, specialize inside (Tab. B.1)"
     description = ("An FNN learns (a op b) mod 100 for op in {+, *}; masks for + and * alone "
                    "solve their own op, not the other, and their inversions fail on their op.")
-    task, outputs = "add_mul", 2
+    task, outputs, steps = "add_mul", 2, 3
     subsets = {"add": "add", "mul": "mul"}
     groups = {"add": "op=add", "mul": "op=mul"}
     thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3}
     presets = {
-        "quick": {**sizes([64, 64], 400, 200, [0], 1e-4, 500), **thresholds},
-        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 1e-4, 2000), **thresholds},
-        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 1e-4, 10000), **thresholds},
+        "quick": {**sizes([64, 64], 400, 200, [0], 1e-4, 500), **thresholds,
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 16},
+        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 1e-4, 2000), **thresholds,
+                    "models": ["FNN"], "lstm_hidden": 128},
+        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 1e-4, 10000), **thresholds,
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 256},
     }
 
     def extra_measures(self, model, task, final) -> dict[str, Any]:
@@ -243,12 +264,13 @@ class AddMul(WeightMaskExperiment):
         return [{"title": "Operation performed [%] (Fig. 3.2; 2+2 = 2*2 counts for both)",
                  "columns": ["mask", "tested on", *wm.OP_NAMES], "rows": rows}]
 
-    def claims(self, params, seeds):
+    def claims(self, params, variant, seeds):
         values = {"mul/add kept": [s["kept"]["mul"] / max(s["kept"]["add"], 1) for s in seeds]}
         performed = {"add performed on mul inputs": [float(s["confusion"]["add"][1, 0])
                                                      for s in seeds],
                      "mul performed on mul inputs": [float(s["confusion"]["add"][1, 1])
                                                      for s in seeds]}
+        none = {"none on mul inputs": [float(s["confusion"]["add"][1, 2]) for s in seeds]}
         io, hidden = self.io_hidden(seeds)
         return [*self.common_claims(params, seeds),
                 claim("io-shared-more-than-hidden", "The add and mul masks share more weights "
@@ -260,7 +282,12 @@ class AddMul(WeightMaskExperiment):
                 claim("add-mask-adds-mul-inputs", "Under the add mask the FNN adds the inputs "
                       "of multiplication examples (Fig. 3.2).", performed,
                       [greater_than("add performed on mul inputs",
-                                    "mul performed on mul inputs")])]
+                                    "mul performed on mul inputs")])
+                if variant == "FNN" else
+                claim("add-mask-answers-none", "Under the add mask the LSTM mostly performs "
+                      "neither operation on multiplication examples (Fig. 3.2).",
+                      performed | none, [greater_than("none on mul inputs",
+                                                      "add performed on mul inputs")])]
 
 
 class DoubleAdd(WeightMaskExperiment):
@@ -268,17 +295,20 @@ class DoubleAdd(WeightMaskExperiment):
     title = "Weight masks: two identical additions do not share weights (Tab. 3.1)"
     description = ("An FNN (one pass per pair) learns (a+b, c+d) mod 100; a pair's mask "
                    "solves its pair only, and its inversion keeps the other pair.")
-    task, outputs, passes = "double_add", 4, "per_pair"
+    task, outputs, passes, steps = "double_add", 4, "per_pair", 6
     subsets = {"pair1": "pair1", "pair2": "pair2"}
     groups = {"pair1": "pair=1", "pair2": "pair=2"}
     thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7}
     presets = {
-        "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds},
-        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 4e-4, 2000), **thresholds},
-        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds},
+        "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
+                  "models": ["FNN", "LSTM", "LSTM forced"], "lstm_hidden": 16},
+        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 4e-4, 2000), **thresholds,
+                    "models": ["FNN"], "lstm_hidden": 128},
+        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
+                  "models": ["FNN", "LSTM", "LSTM forced"], "lstm_hidden": 256},
     }
 
-    def claims(self, params, seeds):
+    def claims(self, params, variant, seeds):
         keeps = {"not pair1 on pair=2": [s["accuracy"]["not pair1"]["pair=2"] for s in seeds],
                  "not pair2 on pair=1": [s["accuracy"]["not pair2"]["pair=1"] for s in seeds]}
         io, hidden = self.io_hidden(seeds)
