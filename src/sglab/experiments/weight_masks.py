@@ -301,7 +301,7 @@ class DoubleAdd(WeightMaskExperiment):
     thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7}
     presets = {
         "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
-                  "models": ["FNN", "LSTM", "LSTM forced"], "lstm_hidden": 16},
+                  "models": ["FNN", "LSTM forced"], "lstm_hidden": 16},
         "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 4e-4, 2000), **thresholds,
                     "models": ["FNN"], "lstm_hidden": 128},
         "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
