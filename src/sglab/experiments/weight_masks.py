@@ -23,7 +23,7 @@ from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, at_most, claim, greater_than, not_measurable
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
 from sglab.registry import register_experiment
-from sglab.report.plots import grouped_bars
+from sglab.report.plots import Line, Panel, grouped_bars, line_figure
 
 SPLIT = "iid_test"
 BASE_MIN = 0.9  # masks are compared on nets that solve every subtask
@@ -111,7 +111,10 @@ class WeightMaskExperiment(Experiment):
         weight_layers = [n for n in layers if final["full"][n].dim() >= 2]
         sharing = wm.sharing_per_layer({n: {k: m[k] for k in weight_layers}
                                         for n, m in subtask.items()})
+        histograms = {name: wm.logit_histogram(run.model().mask_logits())[0].tolist()
+                      for name, run in masks.items()}
         out = {"accuracy": accuracy, "kept": {n: wm.count(m) for n, m in final.items()},
+               "histograms": histograms,
                "sharing": sharing, "layers": weight_layers}
         out.update(self.extra_measures(model, task, final))
         return out
@@ -173,12 +176,20 @@ class WeightMaskExperiment(Experiment):
             title="Shared proportion per layer", ylabel="shared [%]", ylim=(0, 100),
             caption="Proportion of a subtask mask's weights that the other subtask's mask "
                     "also keeps, per layer (mean over seeds; thesis Figs 3.1, 3.3).")
+        centers = [(i + 0.5) / 500 for i in range(500)]
+        histogram = line_figure(out_dir, f"mask-probabilities-{variant.replace(' ', '-')}", [
+            Panel(f"{variant}, seed {seeds_runs}", [Line(centers, seeds[0]["histograms"][n], n, i)
+                                                  for i, n in enumerate(["full", *names])],
+                  log_y=log) for log, seeds_runs in ((False, "0"), (True, "0, log"))],
+            title="Mask probabilities", xlabel="sigmoid(l)", ylabel="weights",
+            caption="Histogram of the keep probabilities sigmoid(l) of the final mask logits, "
+                    "500 bins, first seed, linear and log counts (thesis Fig. B.3).")
         size = params["hidden"] if variant == "FNN" else f"hidden {params['lstm_hidden']}"
         return {"title": f"{variant}: masks on their own and the other subtask",
                 "text": f"{len(seeds)} seed(s); {variant} {size}, base {params['base_steps']} "
                         f"steps, masks {params['mask_steps']} steps, beta {params['beta']}.",
                 "tables": [table, hidden_table, half_table, sharing_table, kept_table,
-                           *self.extra_tables(seeds)], "figures": [figure]}
+                           *self.extra_tables(seeds)], "figures": [figure, histogram]}
 
     def checked_claims(self, params, variant, seeds) -> list:
         """The claims, or (when a base net did not learn the task) each as not measurable."""
