@@ -210,6 +210,8 @@ SMALL_TASKS = {
     "cogs": {"data_dir": "cogs", "verify_published": False},
     "pcfg": {"data_dir": "pcfgset", "verify_published": False},
     "cfq": {"data_dir": "cfq"},
+    "add_mul": {"valid_size": 20},
+    "double_add": {"train_size": 100, "valid_size": 20},
 }
 
 
