@@ -99,6 +99,10 @@ class ModelConfig(StrictModel):
         ``<split>/<name>``, e.g. ``act_steps``)."""
         return []
 
+    def check_train(self, train: TrainConfig) -> None:
+        """Raise ValueError if this model cannot train with these train settings (e.g. a
+        batch size it cannot split)."""
+
 
 def _shown(value: Any) -> str:
     """A config value as a user writes it in YAML (true, null, tanh, 0.1)."""
@@ -276,6 +280,11 @@ class RunConfig(StrictModel):
         from sglab import registry
 
         return registry.validate_section("model", value)
+
+    @model_validator(mode="after")
+    def _check_model_train(self):
+        self.model.check_train(self.train)
+        return self
 
     def metric_names(self) -> list[str] | None:
         """Every metric an evaluation of this run logs (a breakdown extends a name after a

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ class Experiment:
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """Every run of the preset, labelled with its role."""
         raise NotImplementedError
+
+    def stages(self, params: dict[str, Any]) -> list[Callable[[RunSet], list[Arm]]]:
+        """The runs in the order they must train: each stage gets the finished runs of the
+        stages before it (e.g. mask runs name the run id of the net they mask) and returns
+        its arms. Default: one stage, :meth:`arms`."""
+        return [lambda previous: self.arms(params)]
 
     def configs(self, params: dict[str, Any], overrides: list[str]) -> list[RunConfig]:
         """Every run of the preset (validated); user overrides on a grid axis are errors.
@@ -84,12 +91,19 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
     started = time.perf_counter()
     params, overrides = experiment.settings(experiment.preset(preset, seeds), list(overrides or []))
-    arms = experiment.arms(params)
-    configs = build_arm_configs(experiment.name, arms, overrides)
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
-    summaries = run_configs(configs, runs_dir, workers=workers, threads=threads,
-                            tag=f"{experiment.name}/{preset}", quiet=params.get("quiet", False),
-                            printer=printer, ensemble=ensemble)
+    arms, configs, summaries = [], [], []
+    for stage in experiment.stages(params):
+        stage_arms = stage(finished_runs(arms, configs, summaries, runs_dir))
+        stage_configs = build_arm_configs(experiment.name, stage_arms, overrides)
+        stage_summaries = run_configs(stage_configs, runs_dir, workers=workers, threads=threads,
+                                      tag=f"{experiment.name}/{preset}",
+                                      quiet=params.get("quiet", False), printer=printer,
+                                      ensemble=ensemble)
+        arms, configs = arms + stage_arms, configs + stage_configs
+        summaries = summaries + stage_summaries
+        if any(s.get("status") != "finished" for s in stage_summaries):
+            break
     failed = [s for s in summaries if s.get("status") != "finished"]
     if failed:
         raise SglabError(f"{len(failed)} run(s) failed, e.g. {failed[0]['run_id']}: "

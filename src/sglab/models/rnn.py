@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from sglab import registry
-from sglab.config import ModelConfig
+from sglab.config import ModelConfig, check_switches
 from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 
@@ -29,6 +30,32 @@ class LSTMClassifierConfig(ModelConfig):
     bidirectional: bool = False
     dropout: float = Field(0.5, ge=0, lt=1, description="On the embeddings and the final state.")
     classifier: Literal[True] = Field(True, description="Always a sequence classifier.")
+    outputs: int = Field(1, ge=1, description="Answer slots read from the final state "
+                                              "(logits [batch, outputs, vocab]).")
+    input_mode: Literal["tokens", "repeat"] = Field(
+        "tokens", description="tokens: one embedded token a step; repeat: the one-hot "
+                              "positions of the whole input (padding = zeros) as one vector, "
+                              "fed repeat_steps times (thesis B.3 add/mul and double addition).")
+    repeat_steps: int = Field(3, ge=1, description="Steps of input_mode=repeat.")
+    schedule: Literal["together", "forced"] = Field(
+        "together", description="input_mode=repeat: together = all positions on every step, "
+                                "read at the last; forced = the first half of the positions "
+                                "on the first half of the steps (read the first half of the "
+                                "slots there), then the second half, no state reset.")
+
+    @model_validator(mode="after")
+    def _check_repeat(self):
+        repeat = self.input_mode == "repeat"
+        check_switches(self, {"repeat_steps": (repeat, "input_mode=repeat"),
+                              "schedule": (repeat, "input_mode=repeat")})
+        if repeat and self.bidirectional:
+            raise ValueError("input_mode=repeat reads one vector per step: set "
+                             "bidirectional=false")
+        if self.schedule == "forced" and (self.repeat_steps % 2 or self.outputs % 2):
+            raise ValueError("schedule=forced splits the steps and the answer slots in two: set "
+                             f"an even repeat_steps and outputs (got {self.repeat_steps}, "
+                             f"{self.outputs})")
+        return self
 
     @model_validator(mode="after")
     def _check_directions(self):
@@ -41,23 +68,49 @@ class LSTMClassifierConfig(ModelConfig):
 class LSTMClassifier(nn.Module):
     is_causal = False
 
-    def __init__(self, config: LSTMClassifierConfig, vocab_size: int):
+    def __init__(self, config: LSTMClassifierConfig, vocab_size: int, width: int = 0):
         super().__init__()
+        self.config, self.vocab_size, self.width = config, vocab_size, width
         directions = 2 if config.bidirectional else 1
         if config.d_model % directions:
             raise ValueError("a bidirectional LSTM needs an even d_model")
         hidden = config.d_model // directions
-        self.embedding = nn.Embedding(vocab_size, hidden)
-        self.lstm = nn.LSTM(hidden, hidden, config.n_layers, batch_first=True,
+        if config.input_mode == "tokens":
+            self.embedding = nn.Embedding(vocab_size, hidden)
+        inputs = hidden if config.input_mode == "tokens" else width * (vocab_size - 1)
+        self.lstm = nn.LSTM(inputs, hidden, config.n_layers, batch_first=True,
                             bidirectional=config.bidirectional,
                             dropout=config.dropout if config.n_layers > 1 else 0.0)
         self.drop = Dropout(config.dropout)
         self.final = HookPoint()
-        self.head = nn.Linear(config.d_model, vocab_size)
+        self.head = nn.Linear(config.d_model, vocab_size * config.outputs)
         self.hidden = hidden
+
+    def read(self, state: torch.Tensor) -> torch.Tensor:
+        return self.head(self.final(self.drop(state))).view(len(state), self.config.outputs, -1)
+
+    def forward_repeat(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_mode=repeat: the whole input as one vector per step."""
+        cfg = self.config
+
+        def vector(ids):
+            return F.one_hot(ids, self.vocab_size)[..., 1:].flatten(1).float()
+
+        if cfg.schedule == "together":
+            steps = vector(input_ids)[:, None].expand(-1, cfg.repeat_steps, -1)
+            return self.read(self.lstm(steps)[0][:, -1])
+        half, steps, slots = self.width // 2, cfg.repeat_steps // 2, cfg.outputs // 2
+        position = torch.arange(self.width, device=input_ids.device)
+        first = vector(torch.where(position < half, input_ids, 0))[:, None].expand(-1, steps, -1)
+        second = vector(torch.where(position >= half, input_ids, 0))[:, None].expand(-1, steps, -1)
+        outputs = self.lstm(torch.cat([first, second], 1))[0]
+        return torch.cat([self.read(outputs[:, steps - 1])[:, :slots],
+                          self.read(outputs[:, -1])[:, slots:]], 1)
 
     def forward(self, input_ids: torch.Tensor,
                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.config.input_mode == "repeat":
+            return self.forward_repeat(input_ids)
         batch, length = input_ids.shape
         lengths = (key_padding_mask.long().sum(1) if key_padding_mask is not None
                    else torch.full((batch,), length, dtype=torch.long))
@@ -69,10 +122,10 @@ class LSTMClassifier(nn.Module):
         state = outputs[rows, lengths.to(input_ids.device) - 1, : self.hidden]
         if self.lstm.bidirectional:
             state = torch.cat([state, outputs[:, 0, self.hidden:]], dim=-1)
-        return self.head(self.final(self.drop(state)))[:, None]
+        return self.read(state)
 
 
 @registry.register("model", "lstm", LSTMClassifierConfig,
                    "LSTM / bidirectional LSTM sequence classifier")
 def make_lstm(config: LSTMClassifierConfig, vocab_size: int, max_len: int) -> LSTMClassifier:
-    return LSTMClassifier(config, vocab_size)
+    return LSTMClassifier(config, vocab_size, max_len)

@@ -36,8 +36,10 @@ weights are shared. ACT adds ``halting.weights`` (readout weight of every step) 
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections import OrderedDict
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -595,9 +597,15 @@ def make_transformer(config: TransformerConfig, vocab_size: int, max_len: int) -
     return Transformer(config, vocab_size, max_len)
 
 
-def build_model(config: ModelConfig, vocab_size: int, max_len: int, **task_kwargs) -> nn.Module:
-    """``task_kwargs``: what the task adds (``Task.model_kwargs()``, e.g. bit widths)."""
-    return registry.entry("model", config.name).factory(config, vocab_size, max_len, **task_kwargs)
+def build_model(config: ModelConfig, vocab_size: int, max_len: int,
+                runs_dir: str | Path | None = None, **task_kwargs) -> nn.Module:
+    """The registered model of ``config``. ``task_kwargs``: what the task adds
+    (``Task.model_kwargs()``, e.g. bit widths). ``runs_dir``: the run store, for models built
+    on another run (``masked`` reads its base run there); other models ignore it."""
+    factory = registry.entry("model", config.name).factory
+    if "runs_dir" in inspect.signature(factory).parameters:
+        return factory(config, vocab_size, max_len, runs_dir=runs_dir, **task_kwargs)
+    return factory(config, vocab_size, max_len, **task_kwargs)
 
 
 __all__ = ["Transformer", "TransformerConfig", "build_model"]

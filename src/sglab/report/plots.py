@@ -222,6 +222,25 @@ def seed_strip(out_dir: Path, name: str, groups: dict[str, Sequence[float]], *, 
     return _entry(save_figure(fig, out_dir, name), title, caption)
 
 
+def grouped_bars(out_dir: Path, name: str, groups: dict[str, dict[str, float]], *,
+                 title: str, caption: str = "", ylabel: str = "",
+                 ylim: tuple[float, float] | None = None) -> dict[str, str]:
+    """Bars per category (x axis) for each series: ``{series: {category: value}}``."""
+    categories = list(dict.fromkeys(c for series in groups.values() for c in series))
+    fig, axes = new_figure(max(0.9 * len(categories) * max(len(groups), 1) / 2 + 1.5, 3.5), 3.2)
+    ax = axes[0][0]
+    width = 0.8 / max(len(groups), 1)
+    for i, (label, series) in enumerate(groups.items()):
+        x = np.arange(len(categories)) + (i - (len(groups) - 1) / 2) * width
+        ax.bar(x, [series.get(c, np.nan) for c in categories], width, label=label, color=f"C{i}")
+    ax.set_xticks(range(len(categories)), categories, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.legend(fontsize=8)
+    return _entry(save_figure(fig, out_dir, name), title, caption)
+
+
 def coloured_scatter_grid(out_dir: Path, name: str,
                           cells: Sequence[Sequence[tuple[str, Sequence[tuple[Any, Any, Any]]]]],
                           *, title: str, caption: str = "", xlabel: str = "", ylabel: str = "",

@@ -38,7 +38,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
-from sglab.models.dropout import dropout_fields_on, member_masks
+from sglab.models.dropout import member_masks
 from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
 from sglab.train.lock import RunLock
 from sglab.train.loop import (
@@ -64,11 +64,13 @@ def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
     if config.train.compile:
         return None
-    if config.model.name == "lstm" and dropout_fields_on(config.model):  # nn.LSTM draws its own masks
+    if config.model.name == "masked":  # mask samples draw from the global RNG per run
         return None
     if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
             "sigma_moe", "switch", "s_base"):  # data-dependent shapes: no vmap
         return None
+    if config.model.name == "lstm":  # nn.LSTM draws its own dropout masks, and aten::lstm
+        return None  # has no vmap batching rule (torch 2.13), with or without dropout
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data

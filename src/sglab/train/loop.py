@@ -317,7 +317,7 @@ class Trainer:
         self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)
         model = build_model(config.model, len(task.vocab), task.max_length,
-                            **task.model_kwargs()).to(device)
+                            runs_dir=self.runs_dir, **task.model_kwargs()).to(device)
         optimizer = make_optimizer(model, config.train, device)
         generator = torch.Generator().manual_seed(config.seed)
         run = RunProgress(self, task, model, optimizer, generator, device,
@@ -514,7 +514,8 @@ def load_trained(run_dir: str | Path, which: str = "last"):
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     task = build_task(config.task)
-    model = build_model(config.model, len(task.vocab), task.max_length, **task.model_kwargs())
+    model = build_model(config.model, len(task.vocab), task.max_length, runs_dir=run_dir.parent,
+                        **task.model_kwargs())
     _load_weights(model, run_dir, which, config)
     return config, task, model
 
@@ -531,7 +532,7 @@ def load_model(run_dir: str | Path, which: str = "last") -> tuple[RunConfig, tor
                          "max_length (a run from an older sglab); use load_trained, which "
                          "rebuilds the task to learn them")
     model = build_model(config.model, summary["vocab_size"], summary["max_length"],
-                        **summary.get("model_kwargs", {}))
+                        runs_dir=run_dir.parent, **summary.get("model_kwargs", {}))
     _load_weights(model, run_dir, which, config)
     return config, model
 

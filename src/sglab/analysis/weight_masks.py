@@ -1,0 +1,116 @@
+"""Comparing weight masks (thesis Ch. 3, App. B.1-B.2): pure functions on tensors.
+
+A mask set is a dict ``{parameter name: tensor}`` of 0/1 values (1 = weight kept); logits
+are the raw mask logits of a mask run. Layers are the masks' keys.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Masks = dict[str, torch.Tensor]
+
+
+def final_mask(logits: Masks) -> Masks:
+    """M_i = 1[sigmoid(l_i) > 0.5] (thesis B.1)."""
+    return {n: (lg > 0).float() for n, lg in logits.items()}
+
+
+def apply_masks(weights: Masks, masks: Masks) -> Masks:
+    """w * M for every masked weight (weights without a mask are left out)."""
+    return {n: weights[n] * masks[n] for n in masks}
+
+
+def invert(masks: Masks, only: list[str] | None = None, keep: Masks | None = None) -> Masks:
+    """1 - M: exactly the removed weights. ``only``: invert these layers and give the others
+    the mask ``keep`` (e.g. the full-task mask: hidden-only inversion, Tab. B.2) or, without
+    ``keep``, all ones (left unmasked)."""
+    out = {}
+    for name, mask in masks.items():
+        if only is None or name in only:
+            out[name] = 1 - mask
+        else:
+            out[name] = keep[name] if keep is not None else torch.ones_like(mask)
+    return out
+
+
+def count(masks: Masks) -> int:
+    """Weights kept, |M| (weights per op, Fig. B.6)."""
+    return int(sum(int(m.sum()) for m in masks.values()))
+
+
+def iou(a: torch.Tensor, b: torch.Tensor) -> float:
+    """|A and B| / |A or B| (1 when both are empty)."""
+    union = float(((a > 0) | (b > 0)).sum())
+    return float(((a > 0) & (b > 0)).sum()) / union if union else 1.0
+
+
+def iomin(a: torch.Tensor, b: torch.Tensor) -> float:
+    """|A and B| / min(|A|, |B|): 1 when one is a subset of the other."""
+    smaller = float(min((a > 0).sum(), (b > 0).sum()))
+    return float(((a > 0) & (b > 0)).sum()) / smaller if smaller else 1.0
+
+
+def per_layer(a: Masks, b: Masks, measure=iou) -> dict[str, float]:
+    return {n: measure(a[n], b[n]) for n in a}
+
+
+def shared_proportion(masks: list[torch.Tensor], i: int) -> float:
+    """|M_i and (OR_{j != i} M_j)| / |M_i| (Figs 3.1, 3.3)."""
+    mine = masks[i] > 0
+    others = torch.zeros_like(mine)
+    for j, mask in enumerate(masks):
+        if j != i:
+            others |= mask > 0
+    size = float(mine.sum())
+    return float((mine & others).sum()) / size if size else 0.0
+
+
+def sharing_per_layer(mask_sets: dict[str, Masks]) -> dict[str, dict[str, float]]:
+    """{mask name: {layer: shared proportion with the other masks}}."""
+    names = list(mask_sets)
+    layers = list(mask_sets[names[0]])
+    return {name: {layer: shared_proportion([mask_sets[m][layer] for m in names], i)
+                   for layer in layers} for i, name in enumerate(names)}
+
+
+def transfer_sharing(current: torch.Tensor, earlier: list[torch.Tensor]) -> float:
+    """|M_t and (OR_{s<t} M_s)| / |M_t|."""
+    return shared_proportion([current, *earlier], 0) if earlier else 0.0
+
+
+def half_masks(masks: Masks, first: bool) -> Masks:
+    """The mask on the first ceil(n/2) layers (sorted by name; ``first``) or on the rest,
+    the other layers left unmasked (thesis B.1 half-mask test)."""
+    names = sorted(masks)
+    cut = (len(names) + 1) // 2
+    chosen = set(names[:cut] if first else names[cut:])
+    return {n: m if n in chosen else torch.ones_like(m) for n, m in masks.items()}
+
+
+OP_NAMES = ("add", "mul", "none")
+
+
+def op_confusion(a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
+                 predicted: torch.Tensor) -> torch.Tensor:
+    """[2, 3] fractions: rows the true op (add, mul), columns the op the prediction matches
+    (add, mul, none). A prediction equal to both results (2+2 = 2*2) counts for both
+    (Fig. 3.2), so a row can sum to more than 1."""
+    table = torch.zeros(2, 3)
+    added, multiplied = (a + b) % 100, (a * b) % 100
+    for row in range(2):
+        chosen = op == row
+        n = max(int(chosen.sum()), 1)
+        is_add = predicted[chosen] == added[chosen]
+        is_mul = predicted[chosen] == multiplied[chosen]
+        table[row, 0] = float(is_add.sum()) / n
+        table[row, 1] = float(is_mul.sum()) / n
+        table[row, 2] = float((~is_add & ~is_mul).sum()) / n
+    return table
+
+
+def logit_histogram(logits: Masks, bins: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
+    """(counts, bin edges) of sigmoid(l) over all masked weights, ``bins`` bins on [0, 1]
+    (Fig. B.3)."""
+    values = torch.cat([torch.sigmoid(lg.flatten().float()) for lg in logits.values()])
+    return torch.histc(values, bins, 0, 1), torch.linspace(0, 1, bins + 1)

@@ -1,0 +1,337 @@
+"""Functional modules of frozen networks found with differentiable weight masks
+(thesis Ch. 3, Tab. 3.1 / B.1, Figs 3.1-3.3).
+
+Two stages: the base nets train on the full task; then, on each finished net, masks
+train on the full task (``full``, the check that masking keeps the net working) and on
+each subtask (an operation for ``masks-add-mul``, a pair for ``masks-double-add``). The
+analysis evaluates every final mask and its inversion (exactly the removed weights) on
+every subtask, counts kept weights and the per-layer shared proportion between the
+subtask masks, and for add/mul which operation the net performs under each mask.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sglab.analysis import weight_masks as wm
+from sglab.experiments.base import Experiment
+from sglab.experiments.claims import at_least, at_most, claim, greater_than, not_measurable
+from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.registry import register_experiment
+from sglab.report.plots import Line, Panel, grouped_bars, line_figure
+
+SPLIT = "iid_test"
+BASE_MIN = 0.9  # masks are compared on nets that solve every subtask
+
+
+def train_settings(steps: int, batch: int, lr: float, eval_every: int) -> dict[str, Any]:
+    # thesis B.3.2: Adam, clip 1, constant lr; masks: lr 1e-2, no weight decay, no warmup
+    return {"steps": steps, "batch_size": batch, "lr": lr, "lr_schedule": "constant",
+            "warmup_steps": 0, "weight_decay": 0.0, "grad_clip": 1.0,
+            "eval_interval": eval_every, "log_interval": eval_every,
+            "checkpoint_interval": eval_every, "eval_batch_size": 2000}
+
+
+def sizes(hidden, base_steps, mask_steps, seeds, beta, valid, batch=128) -> dict[str, Any]:
+    return {"hidden": hidden, "base_steps": base_steps, "mask_steps": mask_steps,
+            "seeds": seeds, "beta": beta, "valid_size": valid, "batch": batch}
+
+
+class WeightMaskExperiment(Experiment):
+    task: str
+    subsets: dict[str, str]  # mask name -> task.subset
+    groups: dict[str, str]  # mask name -> metric group it is tested on
+    passes: str = "single"
+    outputs: int
+
+    def task_config(self, params, subset: str) -> dict[str, Any]:
+        return {"name": self.task, "subset": subset, "valid_size": params["valid_size"]}
+
+    def model(self, params, variant: str) -> dict[str, Any]:
+        if variant == "FNN":
+            return {"name": "fnn", "hidden": params["hidden"], "outputs": self.outputs,
+                    "passes": self.passes}
+        lstm = {"name": "lstm", "d_model": params["lstm_hidden"], "dropout": 0.0,
+                "outputs": self.outputs, "input_mode": "repeat", "repeat_steps": self.steps}
+        return lstm | ({"schedule": "forced"} if variant == "LSTM forced" else {})
+
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
+        """The base nets (the masks follow in a second stage, see :meth:`stages`)."""
+        train = train_settings(params["base_steps"], params["batch"], 1e-3,
+                               max(params["base_steps"] // 4, 1))
+        return [Arm({"role": "base", "model": variant},
+                    {"task": self.task_config(params, "all"),
+                     "model": self.model(params, variant), "train": train}, seed=seed)
+                for variant in params["models"] for seed in params["seeds"]]
+
+    def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
+        arms = []
+        for base in bases:
+            for mask, subset in {"full": "all", **self.subsets}.items():
+                config = {"task": self.task_config(params, subset),
+                          "model": {"name": "masked", "base_run": base.run_id,
+                                    "beta": params["beta"]},
+                          "train": train_settings(params["mask_steps"], params["batch"], 1e-2,
+                                                  max(params["mask_steps"] // 2, 1))}
+                arms.append(Arm({"role": "mask", "model": base["model"], "mask": mask}, config,
+                                seed=base.seed))
+        return arms
+
+    def stages(self, params):
+        return [lambda previous: self.arms(params),
+                lambda previous: self.mask_arms(params, previous.where(role="base"))]
+
+    # ------------------------------------------------------------------ measures
+    def measures(self, base: FinishedRun, masks: dict[str, FinishedRun]) -> dict[str, Any]:
+        """Accuracy per (mask, tested group), kept weights, per-layer sharing."""
+        model = masks["full"].model()
+        task = masks["full"].task
+        final = {name: run.model().final_masks() for name, run in masks.items()}
+        layers = list(final["full"])
+        ones = {n: torch.ones_like(m) for n, m in final["full"].items()}
+        tried = {"none": ones, "full": final["full"],  # and its half masks (thesis B.1)
+                 "full, first half": wm.half_masks(final["full"], first=True),
+                 "full, second half": wm.half_masks(final["full"], first=False)}
+        for name in self.subsets:
+            tried[name], tried[f"not {name}"] = final[name], wm.invert(final[name])
+            hidden = [n for n in layers if n not in (layers[0], layers[-1])]  # I/O stay
+            tried[f"not {name} (hidden)"] = wm.invert(final[name], only=hidden,
+                                                       keep=final["full"])
+        accuracy = {}
+        for name, chosen in tried.items():
+            with model.use_masks(chosen):
+                record = task.evaluate(model.eval(), SPLIT, 2000)
+            accuracy[name] = {g: record[f"{SPLIT}/exact_match/{g}"] for g in self.groups.values()}
+        subtask = {n: final[n] for n in self.subsets}
+        weight_layers = [n for n in layers if final["full"][n].dim() >= 2]
+        sharing = wm.sharing_per_layer({n: {k: m[k] for k in weight_layers}
+                                        for n, m in subtask.items()})
+        histograms = {name: wm.logit_histogram(run.model().mask_logits())[0].tolist()
+                      for name, run in masks.items()}
+        out = {"accuracy": accuracy, "kept": {n: wm.count(m) for n, m in final.items()},
+               "histograms": histograms,
+               "sharing": sharing, "layers": weight_layers}
+        out.update(self.extra_measures(model, task, final))
+        return out
+
+    def extra_measures(self, model, task, final) -> dict[str, Any]:
+        return {}
+
+    def per_seed(self, runs: RunSet) -> list[dict[str, Any]]:
+        masks = runs.where(role="mask")
+        return [self.measures(base, {m: masks.where(lambda r, s=base.seed: r.seed == s,
+                                                    mask=m)[0]
+                                     for m in ["full", *self.subsets]})
+                for base in runs.where(role="base")]
+
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        claims, sections = [], []
+        for variant in params["models"]:
+            seeds = self.per_seed(runs.where(model=variant))
+            section = self.variant_section(params, variant, seeds, out_dir)
+            sections.append(section)
+            claims += [replace(c, id=f"{c.id}[{variant}]")
+                       for c in self.checked_claims(params, variant, seeds)]
+        return {"claims": claims, "sections": sections}
+
+    def variant_section(self, params, variant, seeds, out_dir) -> dict[str, Any]:
+        names = list(self.subsets)
+        columns = ["none", "full"] + [c for n in names for c in (n, f"not {n}")]
+        table = {"title": f"Accuracy on {SPLIT} [%] per tested subtask (rows) and mask "
+                          "(columns; not = inverted), mean ± std over seeds",
+                 "columns": ["tested", *columns],
+                 "rows": [[group, *(format_mean_std([100 * s["accuracy"][c][group]
+                                                     for s in seeds], 1) for c in columns)]
+                          for group in self.groups.values()]}
+        hidden_cols = [f"not {n} (hidden)" for n in names]
+        hidden_table = {"title": "Hidden-only inversion (I/O layers under the full-task mask) "
+                                 "[%] (Tab. B.2)", "columns": ["tested", *hidden_cols],
+                        "rows": [[g, *(format_mean_std([100 * s["accuracy"][c][g]
+                                                        for s in seeds], 1)
+                                       for c in hidden_cols)] for g in self.groups.values()]}
+        half_cols = ["none", "full, first half", "full, second half"]
+        half_table = {"title": "Half masks: the full-task mask on the first ceil(n/2) or the "
+                               "other layers only [%] (thesis B.1)",
+                      "columns": ["tested", *half_cols],
+                      "rows": [[g, *(format_mean_std([100 * s["accuracy"][c][g] for s in seeds],
+                                                     1) for c in half_cols)]
+                               for g in self.groups.values()]}
+        layers = seeds[0]["layers"]
+        sharing_table = {"title": "Shared proportion per layer [%] (Figs 3.1/3.3)",
+                         "columns": ["mask", *layers],
+                         "rows": [[n, *(format_mean_std([100 * s["sharing"][n][layer]
+                                                         for s in seeds], 1)
+                                        for layer in layers)] for n in names]}
+        kept_table = {"title": "Weights kept by each mask", "columns": ["mask", "kept weights"],
+                      "rows": [[n, format_mean_std([s["kept"][n] for s in seeds], 0)]
+                               for n in ["full", *names]]}
+        figure = grouped_bars(out_dir, f"sharing-{variant.replace(' ', '-')}", {
+            n: {layer: statistics.mean(100 * s["sharing"][n][layer] for s in seeds)
+                for layer in layers} for n in names},
+            title="Shared proportion per layer", ylabel="shared [%]", ylim=(0, 100),
+            caption="Proportion of a subtask mask's weights that the other subtask's mask "
+                    "also keeps, per layer (mean over seeds; thesis Figs 3.1, 3.3).")
+        centers = [(i + 0.5) / 500 for i in range(500)]
+        histogram = line_figure(out_dir, f"mask-probabilities-{variant.replace(' ', '-')}", [
+            Panel(f"{variant}, seed {seeds_runs}", [Line(centers, seeds[0]["histograms"][n], n, i)
+                                                  for i, n in enumerate(["full", *names])],
+                  log_y=log) for log, seeds_runs in ((False, "0"), (True, "0, log"))],
+            title="Mask probabilities", xlabel="sigmoid(l)", ylabel="weights",
+            caption="Histogram of the keep probabilities sigmoid(l) of the final mask logits, "
+                    "500 bins, first seed, linear and log counts (thesis Fig. B.3).")
+        size = params["hidden"] if variant == "FNN" else f"hidden {params['lstm_hidden']}"
+        return {"title": f"{variant}: masks on their own and the other subtask",
+                "text": f"{len(seeds)} seed(s); {variant} {size}, base {params['base_steps']} "
+                        f"steps, masks {params['mask_steps']} steps, beta {params['beta']}.",
+                "tables": [table, hidden_table, half_table, sharing_table, kept_table,
+                           *self.extra_tables(seeds)], "figures": [figure, histogram]}
+
+    def checked_claims(self, params, variant, seeds) -> list:
+        """The claims, or (when a base net did not learn the task) each as not measurable."""
+        base = min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
+        claims = self.claims(params, variant, seeds)
+        if base >= BASE_MIN:
+            return claims
+        reason = (f"the unmasked nets reach only {base:.3f} exact match on a subtask (the "
+                  f"claims need >= {BASE_MIN}); train them longer (a larger preset)")
+        return [not_measurable(c.id, c.statement, reason) for c in claims]
+
+    def extra_tables(self, seeds) -> list[dict[str, Any]]:
+        return []
+
+    def io_hidden(self, seeds) -> tuple[list[float], list[float]]:
+        """Mean shared proportion of the subtask masks in the first and last layers and in
+        the hidden layers, one value per seed."""
+        io = [statistics.mean([s["sharing"][n][layer] for n in self.subsets
+                               for layer in (s["layers"][0], s["layers"][-1])]) for s in seeds]
+        hidden = [statistics.mean([s["sharing"][n][layer] for n in self.subsets
+                                   for layer in s["layers"][1:-1]]) for s in seeds]
+        return io, hidden
+
+    def common_claims(self, params, seeds) -> list:
+        (a, b), (ga, gb) = list(self.subsets), [self.groups[n] for n in self.subsets]
+        acc = lambda mask, group: [s["accuracy"][mask][group] for s in seeds]  # noqa: E731
+        own, other, inv = params["own_min"], params["other_max"], params["inverted_max"]
+        # accuracy relative to the unmasked net (thesis B.3.3: a full-task mask keeps
+        # > 95% of it); the own-subtask masks are held to the same share
+        rel = lambda mask, group: [s["accuracy"][mask][group] / max(s["accuracy"]["none"][group],  # noqa: E731
+                                                                   1e-9) for s in seeds]
+        return [
+            claim("full-mask-keeps-accuracy", "A mask trained on the full task keeps more than "
+                  "95% of the unmasked accuracy (B.3.3).",
+                  {f"none on {g}": acc("none", g) for g in (ga, gb)} |
+                  {f"full/none on {g}": rel("full", g) for g in (ga, gb)},
+                  [at_least(f"full/none on {g}", 0.95) for g in (ga, gb)]),
+            claim("mask-specializes", f"A {a} mask solves {a} (relative to the unmasked net) "
+                  f"but not {b}, and vice versa (Tab. 3.1/B.1).",
+                  {f"{a}/none on {ga}": rel(a, ga), f"{a} on {gb}": acc(a, gb),
+                   f"{b}/none on {gb}": rel(b, gb), f"{b} on {ga}": acc(b, ga)},
+                  [at_least(f"{a}/none on {ga}", own), at_least(f"{b}/none on {gb}", own),
+                   at_most(f"{a} on {gb}", other), at_most(f"{b} on {ga}", other)]),
+            claim("inverted-mask-fails-own", "An inverted mask fails on its own subtask "
+                  "(Tab. 3.1/B.1).", {f"not {a} on {ga}": acc(f"not {a}", ga),
+                                      f"not {b} on {gb}": acc(f"not {b}", gb)},
+                  [at_most(f"not {a} on {ga}", inv), at_most(f"not {b} on {gb}", inv)]),
+        ]
+
+
+class AddMul(WeightMaskExperiment):
+    name = "masks-add-mul"
+    title = "Weight masks: addition vs multiplication share I/O, specialize inside (Tab. B.1)"
+    description = ("An FNN learns (a op b) mod 100 for op in {+, *}; masks for + and * alone "
+                   "solve their own op, not the other, and their inversions fail on their op.")
+    task, outputs, steps = "add_mul", 2, 3
+    subsets = {"add": "add", "mul": "mul"}
+    groups = {"add": "op=add", "mul": "op=mul"}
+    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3}
+    presets = {
+        "quick": {**sizes([64, 64], 400, 200, [0], 1e-4, 500), **thresholds,
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 16},
+        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 1e-4, 2000), **thresholds,
+                    "models": ["FNN"], "lstm_hidden": 128},
+        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 1e-4, 10000), **thresholds,
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 256},
+    }
+
+    def extra_measures(self, model, task, final) -> dict[str, Any]:
+        data = task.split(SPLIT)
+        confusion = {}
+        for name in ("add", "mul"):
+            with model.use_masks(final[name]):
+                digits = task.predict(model.eval(), SPLIT) - task.digit_ids[0]
+            confusion[name] = wm.op_confusion(data["a"], data["b"], data["op"],
+                                              digits[:, 0] * 10 + digits[:, 1])
+        return {"confusion": confusion}
+
+    def extra_tables(self, seeds):
+        rows = [[f"{name} mask", f"{op} inputs", *(format_mean_std(
+            [100 * float(s["confusion"][name][r, c]) for s in seeds], 1) for c in range(3))]
+            for name in ("add", "mul") for r, op in enumerate(("add", "mul"))]
+        return [{"title": "Operation performed [%] (Fig. 3.2; 2+2 = 2*2 counts for both)",
+                 "columns": ["mask", "tested on", *wm.OP_NAMES], "rows": rows}]
+
+    def claims(self, params, variant, seeds):
+        values = {"mul/add kept": [s["kept"]["mul"] / max(s["kept"]["add"], 1) for s in seeds]}
+        performed = {"add performed on mul inputs": [float(s["confusion"]["add"][1, 0])
+                                                     for s in seeds],
+                     "mul performed on mul inputs": [float(s["confusion"]["add"][1, 1])
+                                                     for s in seeds]}
+        none = {"none on mul inputs": [float(s["confusion"]["add"][1, 2]) for s in seeds]}
+        io, hidden = self.io_hidden(seeds)
+        return [*self.common_claims(params, seeds),
+                claim("io-shared-more-than-hidden", "The add and mul masks share more weights "
+                      "in the input/output layers than in the hidden layers (Fig. 3.1).",
+                      {"I/O sharing": io, "hidden sharing": hidden},
+                      [greater_than("I/O sharing", "hidden sharing")]),
+                claim("mul-uses-more-weights", "Multiplication uses more weights than addition "
+                      "(thesis: 3.8x).", values, [greater_than("mul/add kept", 1.0)]),
+                claim("add-mask-adds-mul-inputs", "Under the add mask the FNN adds the inputs "
+                      "of multiplication examples (Fig. 3.2).", performed,
+                      [greater_than("add performed on mul inputs",
+                                    "mul performed on mul inputs")])
+                if variant == "FNN" else
+                claim("add-mask-answers-none", "Under the add mask the LSTM mostly performs "
+                      "neither operation on multiplication examples (Fig. 3.2).",
+                      performed | none, [greater_than("none on mul inputs",
+                                                      "add performed on mul inputs")])]
+
+
+class DoubleAdd(WeightMaskExperiment):
+    name = "masks-double-add"
+    title = "Weight masks: two identical additions do not share weights (Tab. 3.1)"
+    description = ("An FNN (one pass per pair) learns (a+b, c+d) mod 100; a pair's mask "
+                   "solves its pair only, and its inversion keeps the other pair.")
+    task, outputs, passes, steps = "double_add", 4, "per_pair", 6
+    subsets = {"pair1": "pair1", "pair2": "pair2"}
+    groups = {"pair1": "pair=1", "pair2": "pair=2"}
+    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7}
+    presets = {
+        "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
+                  "models": ["FNN", "LSTM forced"], "lstm_hidden": 16},
+        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 4e-4, 2000), **thresholds,
+                    "models": ["FNN"], "lstm_hidden": 128},
+        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
+                  "models": ["FNN", "LSTM", "LSTM forced"], "lstm_hidden": 256},
+    }
+
+    def claims(self, params, variant, seeds):
+        keeps = {"not pair1 on pair=2": [s["accuracy"]["not pair1"]["pair=2"] for s in seeds],
+                 "not pair2 on pair=1": [s["accuracy"]["not pair2"]["pair=1"] for s in seeds]}
+        io, hidden = self.io_hidden(seeds)
+        return [*self.common_claims(params, seeds),
+                claim("no-io-sharing", "The pair masks share no weights in the first and last "
+                      "layers and little in the hidden ones (Fig. 3.3).",
+                      {"I/O sharing": io, "hidden sharing": hidden},
+                      [at_most("I/O sharing", 0.05)]),
+                claim("inverted-mask-keeps-other-pair", "Inverting a pair's mask keeps the "
+                      "other pair working (thesis 94/100/96%).", keeps,
+                      [at_least(n, params["kept_min"]) for n in keeps])]
+
+
+register_experiment(AddMul())
+register_experiment(DoubleAdd())

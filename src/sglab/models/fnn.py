@@ -1,0 +1,72 @@
+"""A feedforward classifier over fixed-width token inputs (thesis Ch. 3, App. B.3).
+
+Each input position is one-hot encoded over the vocabulary without padding (a padding
+token, a zeroed input, gives an all-zero block), the blocks are concatenated and fed
+through ReLU layers ``hidden``; the output layer gives ``outputs`` answer slots of
+vocabulary logits, [batch, outputs, vocab]. ``passes: per_pair`` runs the net twice,
+once with the second half of the positions zeroed (read out: the first half of the
+slots) and once with the first half zeroed (the second half of the slots): the double
+addition FNN of the thesis, which cannot reuse weights within one pass.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import nn
+
+from sglab import registry
+from sglab.config import ModelConfig
+
+
+class FNNConfig(ModelConfig):
+    name: Literal["fnn"] = "fnn"
+    hidden: list[int] = Field(default_factory=lambda: [400, 400, 200],
+                              description="Widths of the ReLU hidden layers.")
+    outputs: int = Field(2, ge=1, description="Answer slots (the task's answer digits).")
+    passes: Literal["single", "per_pair"] = "single"
+    classifier: Literal[True] = True
+
+    @model_validator(mode="after")
+    def _check(self):
+        if any(width < 1 for width in self.hidden):
+            raise ValueError("hidden widths must be >= 1")
+        if self.passes == "per_pair" and self.outputs % 2:
+            raise ValueError(f"passes=per_pair splits the answer slots in two: set an even "
+                             f"outputs (got {self.outputs})")
+        return self
+
+
+class FNN(nn.Module):
+    is_causal = False
+
+    def __init__(self, config: FNNConfig, vocab_size: int, width: int):
+        super().__init__()
+        self.config, self.vocab_size, self.width = config, vocab_size, width
+        sizes = [width * (vocab_size - 1), *config.hidden, config.outputs * vocab_size]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+    def net(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = F.one_hot(input_ids, self.vocab_size)[..., 1:].flatten(1).float()
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x.view(-1, self.config.outputs, self.vocab_size)
+
+    def forward(self, input_ids: torch.Tensor, key_padding_mask=None) -> torch.Tensor:
+        if self.config.passes == "single":
+            return self.net(input_ids)
+        half, slots = self.width // 2, self.config.outputs // 2
+        position = torch.arange(self.width, device=input_ids.device)
+        first = self.net(torch.where(position < half, input_ids, 0))
+        second = self.net(torch.where(position >= half, input_ids, 0))
+        return torch.cat([first[:, :slots], second[:, slots:]], 1)
+
+
+@registry.register("model", "fnn", FNNConfig, "feedforward ReLU net over one-hot positions")
+def make_fnn(config: FNNConfig, vocab_size: int, max_len: int) -> FNN:
+    return FNN(config, vocab_size, max_len)
