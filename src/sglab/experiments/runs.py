@@ -17,7 +17,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sglab.config import RunConfig, apply_overrides, build_run_config, parse_override
+from sglab.config import (
+    LEGACY_TEST_SPLIT,
+    RunConfig,
+    apply_overrides,
+    build_run_config,
+    parse_override,
+)
 from sglab.errors import SglabError
 from sglab.store import read_metrics
 
@@ -113,12 +119,20 @@ class FinishedRun:
         """The last evaluation record."""
         return self._current_names(self.summary.get("final") or {})
 
+    @cached_property
+    def _legacy_prefix(self) -> tuple[str, str] | None:
+        """(``test/``, today's ``<split>/``) if this run's task renamed its test split."""
+        current = self.config.task.current_split_name(LEGACY_TEST_SPLIT)
+        return None if current == LEGACY_TEST_SPLIT else (f"{LEGACY_TEST_SPLIT}/", f"{current}/")
+
     def _current_names(self, record: dict[str, Any]) -> dict[str, Any]:
         """``record`` with metrics logged under a split's old name (``test/...``, before
         split names said what they are) under today's name (``ood_test/...``)."""
-        rename = self.config.task.current_split_name
-        return {(rename(split) + "/" + rest if rest else key): value
-                for key, value in record.items() for split, _, rest in [key.partition("/")]}
+        if self._legacy_prefix is None:
+            return dict(record)
+        old, new = self._legacy_prefix
+        return {(new + key[len(old):] if key.startswith(old) else key): value
+                for key, value in record.items()}
 
     @property
     def best(self) -> dict[str, Any] | None:

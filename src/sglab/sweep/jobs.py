@@ -56,7 +56,7 @@ def estimated_member_bytes(config: RunConfig, parameters: int, tokens_per_step: 
     parameter) plus activations (about 16 floats of width d_model per token and layer,
     attention patterns not counted)."""
     width = getattr(config.model, "d_model", 256)
-    layers = getattr(config.model, "n_layers", 1) * getattr(config.model, "steps_factor", 1)
+    layers = getattr(config.model, "n_layers", 1)
     return 16 * parameters + 4 * 16 * width * layers * tokens_per_step
 
 
