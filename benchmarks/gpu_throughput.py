@@ -3,12 +3,21 @@
     python benchmarks/gpu_throughput.py --experiment symmetry --preset paper   # GPU
     python benchmarks/gpu_throughput.py --quick                               # CPU, ~1 min
 
-Takes the first run config of an experiment preset, makes K copies that differ only
-in the seed and trains them as one ensemble (``EnsembleTrainer``; K = 1 is a plain
-``Trainer`` run) for a few steps. Reports the ensemble's steps/s, member-steps/s,
-tokens/s over all members and the achieved share of a large matmul's FLOP/s (bf16 on
-a GPU when the preset trains in bf16, float32 otherwise) measured in the same process.
-Evaluation and checkpoints happen only at the last step and are excluded from the rates.
+Takes the first run config of an experiment preset (dropout and all), makes K copies
+that differ only in the seed and trains them as one ensemble (``EnsembleTrainer``) for a
+few steps; K = 1 is measured twice, as a plain ``Trainer`` run ("lone": fused attention,
+the global generator's dropout) and as a one-member ensemble (vmapped, keyed dropout
+masks). Reports steps/s, member-steps/s, tokens/s over all members, peak GPU memory and
+the achieved share of a large matmul's FLOP/s (bf16 on a GPU when the preset trains in
+bf16, float32 otherwise) measured in the same process. Evaluation and checkpoints happen
+only at the last step and are excluded from the rates. A size that runs out of memory
+ends the list.
+
+``--grid`` adds the projected wall time of the preset's whole grid at the best measured
+member-steps/s (every run to its last step, no early stop, one process) and its floor:
+the grid's training FLOPs at the full matmul rate.
+
+``--profile K`` prints the 15 costliest kernels of a K-member ensemble step.
 """
 
 from __future__ import annotations
@@ -27,7 +36,24 @@ from sglab.config import build_run_config
 from sglab.models import build_model
 from sglab.tasks import build_task
 from sglab.train import Trainer
-from sglab.train.ensemble import EnsembleTrainer, ensemble_key
+from sglab.train.ensemble import EnsembleTrainer
+
+
+def _train(configs, lone: bool) -> list[dict]:
+    with tempfile.TemporaryDirectory() as runs_dir:
+        if lone:
+            return [Trainer(configs[0], runs_dir, printer=None).run()]
+        return EnsembleTrainer(configs, runs_dir, printer=None).run()
+
+
+def _profile(configs) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        _train(configs, lone=False)
+    key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60))
 
 
 def main() -> int:
@@ -38,6 +64,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100, help="training steps per measurement")
     parser.add_argument("--quick", action="store_true",
                         help="the experiment's quick preset, members 1,2,4, 30 steps (runs on CPU)")
+    parser.add_argument("--grid", action="store_true",
+                        help="also project the wall time of the preset's whole grid")
+    parser.add_argument("--profile", type=int, metavar="K", help="print the costliest kernels of "
+                        "a K-member ensemble (10 steps) instead of measuring rates")
     parser.add_argument("--set", action="append", default=[], help="extra KEY=VALUE overrides")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
@@ -45,51 +75,78 @@ def main() -> int:
         args.preset, args.members, args.steps = "quick", "1,2,4", 30
 
     experiment = registry.experiment(args.experiment)
-    template = experiment.configs(experiment.preset(args.preset), [])[0].to_dict()
+    preset_configs = experiment.configs(experiment.preset(args.preset), [])
+    template = preset_configs[0].to_dict()
     template.pop("seed", None)
-    fixed = [f"train.steps={args.steps}", f"train.eval_interval={args.steps}",
-             f"train.checkpoint_interval={args.steps}", f"train.log_interval={args.steps}",
-             "train.early_stop_metric=null", "train.eval_max_examples=64"] + args.set
+    steps = 10 if args.profile else args.steps
+    fixed = [f"train.steps={steps}", f"train.eval_interval={steps}",
+             f"train.checkpoint_interval={steps}", f"train.log_interval={steps}",
+             "train.early_stop_metric=null", "train.early_stop_threshold=null",
+             "train.eval_max_examples=64"] + args.set
     probe = build_run_config(template, fixed + ["seed=0"])
-    if ensemble_key(probe) is None:
-        print("note: this configuration cannot train as an ensemble (dropout); "
-              "measuring with model.dropout=0")
-        fixed.append("model.dropout=0")
-        probe = build_run_config(template, fixed + ["seed=0"])
+    if args.profile:
+        _profile([build_run_config(template, fixed + [f"seed={k}"]) for k in range(args.profile)])
+        return 0
 
     task = build_task(probe.task)
     model = build_model(probe.model, len(task.vocab), task.max_length)
     flops_per_token = model.flops_per_token(task.max_length)
-    device = torch.device("cuda" if torch.cuda.is_available() and probe.train.device != "cpu"
-                          else "cpu")
-    dtype = torch.bfloat16 if device.type == "cuda" and probe.train.precision == "bf16" \
-        else torch.float32
-    peak = matmul_flops(device, dtype, 4096 if device.type == "cuda" else 1024,
-                        repeats=20 if device.type == "cuda" else 5)
+    cuda = torch.cuda.is_available() and probe.train.device != "cpu"
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda and probe.train.precision == "bf16" else torch.float32
+    peak = matmul_flops(device, dtype, 4096 if cuda else 1024, repeats=20 if cuda else 5)
     print(f"{args.experiment}:{args.preset}, {probe.model.name}, {model.num_parameters():,} "
-          f"parameters, {args.steps} steps per size, device {device}, matmul peak "
-          f"{peak / 1e12:.2f} TFLOP/s ({dtype})")
+          f"parameters, {flops_per_token / 1e6:.1f} MFLOP per trained token, {args.steps} steps "
+          f"per size, device {torch.cuda.get_device_name() if cuda else 'cpu'}, matmul peak "
+          f"{peak / 1e12:.2f} TFLOP/s ({dtype})", flush=True)
 
     rows = []
-    for size in [int(k) for k in args.members.split(",")]:
+    sizes = [int(k) for k in args.members.split(",")]
+    measurements = [(1, True)] if 1 in sizes else []
+    measurements += [(size, False) for size in sizes]
+    for size, lone in measurements:
         configs = [build_run_config(template, fixed + [f"seed={k}"]) for k in range(size)]
-        with tempfile.TemporaryDirectory() as runs_dir:
-            if size == 1:
-                summaries = [Trainer(configs[0], runs_dir, printer=None).run()]
-            else:
-                summaries = EnsembleTrainer(configs, runs_dir, printer=None).run()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        row = {"members": size, "execution": "lone" if lone else "ensemble"}
+        try:
+            summaries = _train(configs, lone)
+        except torch.OutOfMemoryError:
+            row["error"] = "out of memory"
+            rows.append(row)
+            print("  ".join(f"{key} {value}" for key, value in row.items()), flush=True)
+            break
         steps_per_second = summaries[0]["train_steps_per_second"]
         tokens_per_second = sum(s["train_tokens_per_second"] for s in summaries)
-        row = {"members": size, "steps_per_second": round(steps_per_second, 2),
-               "member_steps_per_second": round(size * steps_per_second, 1),
-               "tokens_per_second": round(tokens_per_second),
-               "peak_fraction": round(flops_per_token * tokens_per_second / peak, 4)}
+        row.update({"steps_per_second": round(steps_per_second, 2),
+                    "member_steps_per_second": round(size * steps_per_second, 1),
+                    "tokens_per_second": round(tokens_per_second),
+                    "peak_fraction": round(flops_per_token * tokens_per_second / peak, 4)})
+        if cuda:
+            row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         rows.append(row)
         print("  ".join(f"{key} {value}" for key, value in row.items()), flush=True)
+
+    grid = None
+    measured = [r for r in rows if "member_steps_per_second" in r]
+    if args.grid and measured:
+        best = max(measured, key=lambda r: r["member_steps_per_second"])
+        member_steps = sum(c.train.steps for c in preset_configs)
+        tokens_per_member_step = best["tokens_per_second"] / best["member_steps_per_second"]
+        floor = member_steps * tokens_per_member_step * flops_per_token / peak
+        grid = {"runs": len(preset_configs), "member_steps": member_steps,
+                "projected_seconds": round(member_steps / best["member_steps_per_second"]),
+                "at": f"{best['members']} member(s), {best['execution']}",
+                "floor_seconds_at_matmul_peak": round(floor)}
+        print(f"grid: {grid['runs']} runs, {member_steps:,} member-steps; at the best rate "
+              f"({grid['at']}) {grid['projected_seconds']} s without early stops; floor at the "
+              f"matmul peak {grid['floor_seconds_at_matmul_peak']} s "
+              "(runs differ in shape: a projection from the first run's config)")
     if args.json:
         args.json.write_text(json.dumps({"experiment": args.experiment, "preset": args.preset,
-                                         "device": torch.cuda.get_device_name() if device.type == "cuda"
-                                         else "cpu", "torch": torch.__version__, "rows": rows},
+                                         "device": torch.cuda.get_device_name() if cuda else "cpu",
+                                         "torch": torch.__version__, "rows": rows, "grid": grid},
                                         indent=2) + "\n")
     return 0
 

@@ -8,11 +8,14 @@ from sglab.config import build_run_config
 from sglab.models.dropout import Dropout, apply_dropout, keyed_uniform, member_masks
 from sglab.store import RunStore
 from sglab.sweep.jobs import (
+    GPU_ENSEMBLE_MAX_TOKENS,
     MAX_ENSEMBLE_MEMBERS,
     executions,
+    member_tokens_per_step,
     members_for_memory,
     plan_jobs,
 )
+from sglab.tasks import build_task
 from sglab.train.ensemble import EnsembleTrainer, ensemble_key
 from tests.conftest import tiny_config
 from tests.test_ensemble import assert_same_as_alone
@@ -101,6 +104,22 @@ def test_on_a_cpu_runs_with_dropout_or_an_encoder_stay_alone(monkeypatch):
     assert executions(dropout + seq2seq + plain, True) == ["alone"] * 4 + ["ensemble"] * 2
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # device=auto: a GPU
     assert executions(dropout + seq2seq + plain, True) == ["ensemble"] * 6
+
+
+def test_on_a_gpu_members_with_large_steps_train_alone(monkeypatch):
+    """A member step of GPU_ENSEMBLE_MAX_TOKENS tokens or more trains alone on a GPU (the
+    lone path's fused attention beat the vmapped one there); smaller steps batch."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # device=auto: a GPU
+    small = [tiny_config(f"seed={s}", "model.dropout=0.1") for s in (0, 1)]
+    tokens = member_tokens_per_step(small[0])
+    assert tokens == small[0].train.batch_size * build_task(small[0].task).max_length
+    rows = -(-GPU_ENSEMBLE_MAX_TOKENS // build_task(small[0].task).max_length)  # ceil
+    large = [tiny_config(f"seed={s}", "model.dropout=0.1", f"train.batch_size={rows}")
+             for s in (0, 1)]
+    assert member_tokens_per_step(large[0]) >= GPU_ENSEMBLE_MAX_TOKENS > tokens
+    assert executions(small + large, True) == ["ensemble"] * 2 + ["alone"] * 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # CPU: dropout stays alone
+    assert executions(small + large, True) == ["alone"] * 4
 
 
 def test_ensemble_sizes_respect_a_memory_budget(tmp_path):

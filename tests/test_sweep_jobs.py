@@ -83,3 +83,31 @@ def test_sweep_backend_mistakes_are_clear_errors(tmp_path, capsys):
     assert main(["sweep", str(spec), "--address", "host:6379", *runs]) == 2
     assert "--address only applies to --backend ray" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_parameter_count_for_the_gpu_planner_falls_back_to_the_cpu():
+    """Some torch versions cannot build a model on the meta device (a frozen-row mask needs
+    real values, as in the topics models' uniform attention): the planner then counts the
+    parameters of a CPU-built model instead of failing."""
+    import torch
+
+    from sglab.config import build_run_config
+    from sglab.models import build_model
+    from sglab.sweep.jobs import _count_parameters
+    from sglab.tasks import build_task
+
+    config = build_run_config(TINY, [])
+    task = build_task(config.task)
+    expected = sum(p.numel() for p in build_model(config.model, len(task.vocab), task.max_length)
+                   .parameters())
+    devices = []
+
+    def meta_unsupported(*args):
+        devices.append(torch.empty(0).device.type)
+        if devices[-1] == "meta":
+            raise NotImplementedError("no meta kernel")
+        return build_model(*args)
+
+    assert _count_parameters(meta_unsupported, config, task) == expected
+    assert devices == ["meta", "cpu"]
+    assert _count_parameters(build_model, config, task) == expected

@@ -29,19 +29,43 @@ def available_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+# On a GPU a member whose step already holds this many tokens trains faster alone: the lone
+# path has fused attention and dropout, the vmapped one materialises every attention pattern
+# and draws keyed dropout masks. Measured on one H100 (symmetry paper model, dropout 0.2):
+# 65,536 tokens a step (packed rows): lone 21.5 steps/s, ensembles of 1 and 2 members 3.9
+# and 3.8 member-steps/s; ~3,300 tokens a step (one example per row): lone 15.6 steps/s,
+# 16 members 145 member-steps/s. The threshold lies between the two measured points.
+GPU_ENSEMBLE_MAX_TOKENS = 16_384
+
+
+_MAX_LENGTHS: dict[str, int] = {}  # task config (JSON) -> the task's longest row
+
+
+def member_tokens_per_step(config: RunConfig) -> int:
+    """Tokens in one training step of one member: batch rows x the task's longest row
+    (each distinct task config is built once per process)."""
+    from sglab.tasks import build_task
+
+    key = config.task.model_dump_json()
+    if key not in _MAX_LENGTHS:
+        _MAX_LENGTHS[key] = build_task(config.task).max_length
+    return config.train.batch_size * _MAX_LENGTHS[key]
+
+
 def ensembles_pay_off(config: RunConfig) -> bool:
     """Whether batching this run with others is worth it on the device it trains on. On a
-    GPU always (small models leave it launch-bound). On a CPU only without dropout and
-    for decoder-only models: the stacked step saves little there, and lone runs keep the
-    exact dropout masks and run ids of a lone run."""
+    GPU when a member's step is small (it leaves the GPU launch-bound), not when it holds
+    ``GPU_ENSEMBLE_MAX_TOKENS`` tokens or more. On a CPU only without dropout and for
+    decoder-only models: the stacked step saves little there, and lone runs keep the exact
+    dropout masks and run ids of a lone run."""
     import torch
 
     from sglab.models.dropout import dropout_fields_on
 
     device = config.train.device
-    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    return on_gpu or not (dropout_fields_on(config.model)
-                          or getattr(config.model, "encoder_decoder", False))
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return member_tokens_per_step(config) < GPU_ENSEMBLE_MAX_TOKENS
+    return not (dropout_fields_on(config.model) or getattr(config.model, "encoder_decoder", False))
 
 
 def members_for_memory(member_bytes: int, budget_bytes: int,
@@ -58,6 +82,19 @@ def estimated_member_bytes(config: RunConfig, parameters: int, tokens_per_step: 
     width = getattr(config.model, "d_model", 256)
     layers = getattr(config.model, "n_layers", 1)
     return 16 * parameters + 4 * 16 * width * layers * tokens_per_step
+
+
+def _count_parameters(build_model, config: RunConfig, task) -> int:
+    """The model's parameter count, from a model built on the meta device (no memory) or,
+    where a model's construction needs real values (frozen rows picked by a mask), on the CPU."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = build_model(config.model, len(task.vocab), task.max_length)
+    except (NotImplementedError, RuntimeError):
+        model = build_model(config.model, len(task.vocab), task.max_length)
+    return sum(p.numel() for p in model.parameters())
 
 
 def gpu_member_limits(configs: list[RunConfig], workers: int,
@@ -78,14 +115,10 @@ def gpu_member_limits(configs: list[RunConfig], workers: int,
     limits: dict[str, int] = {}
     for config in configs:
         key = ensemble_key(config)
-        if key is None or key in limits:
+        if key is None or key in limits or not ensembles_pay_off(config):
             continue
-        task = build_task(config.task)
-        with torch.device("meta"):
-            model = build_model(config.model, len(task.vocab), task.max_length)
-        parameters = sum(p.numel() for p in model.parameters())
-        member = estimated_member_bytes(config, parameters,
-                                        config.train.batch_size * task.max_length)
+        parameters = _count_parameters(build_model, config, build_task(config.task))
+        member = estimated_member_bytes(config, parameters, member_tokens_per_step(config))
         limits[key] = members_for_memory(member, budget)
         printer(f"sweep: {config.model.name} ({parameters:,} parameters, ~{member / 2**20:.0f} "
                 f"MiB a member): up to {limits[key]} members per ensemble in "
