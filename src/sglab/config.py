@@ -202,7 +202,8 @@ class TrainConfig(StrictModel):
     precision: Literal["float32", "bf16"] = Field(
         "float32", description="bf16 autocast is used on CUDA only; CPU always trains in float32."
     )
-    compile: bool = Field(False, description="torch.compile the model (slower on small CPU models).")
+    compile: bool = Field(False, description="torch.compile the model, or in an ensemble the members' "
+                          "vmapped forward with its dropout masks (slower on small CPU models).")
     optimizer: Literal["adamw", "sgd", "rmsprop"] = Field(
         "adamw", description="adamw (betas, decoupled weight decay), plain sgd (momentum, L2 decay) "
                             "or rmsprop (torch's RMSprop: alpha 0.99, eps 1e-10, momentum, L2 decay).",

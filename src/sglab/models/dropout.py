@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +30,14 @@ class _MaskKey:
     calls: list[int] = field(default_factory=lambda: [0])
 
 
-_KEY: ContextVar[_MaskKey | None] = ContextVar("sglab_member_masks", default=None)
+# The keys of the enclosing member_masks blocks, innermost last. A plain module-level list
+# rather than a ContextVar: torch.compile traces list pushes and pops inside the vmapped
+# forward, and cannot trace ContextVar.set (a training process runs one step at a time).
+_KEYS: list[_MaskKey] = []
+
+
+def _current_key() -> _MaskKey | None:
+    return _KEYS[-1] if _KEYS else None
 
 
 def _hash32(x: torch.Tensor) -> torch.Tensor:
@@ -55,11 +61,11 @@ def keyed_uniform(seed: torch.Tensor, step: torch.Tensor, call: int, shape: torc
 @contextlib.contextmanager
 def member_masks(seed: torch.Tensor, step: torch.Tensor) -> Iterator[None]:
     """Within the block, dropout draws its masks from (``seed``, ``step``)."""
-    token = _KEY.set(_MaskKey(seed.long(), step.long()))
+    _KEYS.append(_MaskKey(seed.long(), step.long()))
     try:
         yield
     finally:
-        _KEY.reset(token)
+        _KEYS.pop()
 
 
 def dropout_fields_on(model_config) -> list[str]:
@@ -68,13 +74,13 @@ def dropout_fields_on(model_config) -> list[str]:
 
 
 def drawing_member_masks() -> bool:
-    return _KEY.get() is not None
+    return _current_key() is not None
 
 
 def keep_mask(like: torch.Tensor, p: float) -> torch.Tensor:
     """A boolean mask shaped like ``like``, each entry kept with probability 1 - p: from the
     global generator, or inside :func:`member_masks` from the member's key."""
-    key = _KEY.get()
+    key = _current_key()
     if key is None:
         return torch.rand_like(like) >= p
     call = key.calls[0]
@@ -84,7 +90,7 @@ def keep_mask(like: torch.Tensor, p: float) -> torch.Tensor:
 
 def apply_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout``, or inside :func:`member_masks` the same with a keyed mask."""
-    key = _KEY.get()
+    key = _current_key()
     if key is None or not training or p == 0:
         return F.dropout(x, p, training)
     return x * keep_mask(x, p).to(x.dtype) / (1 - p)

@@ -542,8 +542,11 @@ class Transformer(nn.Module):
                 states.append(x)
         if self.halting is not None:
             x = self.adaptive_output(torch.stack(states), input_ids, key_padding_mask)
-        ffn_losses = [loss for b in self.blocks[: self.steps]
-                      if (loss := getattr(getattr(b, "mlp", None), "aux_loss", None)) is not None]
+        ffn_losses = []  # a loop, not a comprehension with :=, which torch.compile cannot trace
+        for block in self.blocks[: self.steps]:
+            loss = getattr(getattr(block, "mlp", None), "aux_loss", None)
+            if loss is not None:
+                ffn_losses.append(loss)
         if ffn_losses:  # MoE balancing losses, summed over layers
             self.aux_loss = sum(ffn_losses) + (0 if self.aux_loss is None else self.aux_loss)
         if self.config.readout != "none":

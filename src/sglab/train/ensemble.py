@@ -62,8 +62,6 @@ MEMBER_FIELDS = (
 
 def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
-    if config.train.compile:
-        return None
     if config.model.name == "masked":  # mask samples draw from the global RNG per run
         return None
     if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
@@ -114,7 +112,7 @@ class EnsembleTrainer:
         keys = {ensemble_key(c) for c in configs}
         if None in keys or len(keys) != 1:
             raise ValueError("ensemble members must share everything but the member fields "
-                             f"{['.'.join(p) for p in MEMBER_FIELDS]} (and not compile)")
+                             f"{['.'.join(p) for p in MEMBER_FIELDS]}")
         self.configs = configs
         self.runs_dir = Path(runs_dir)
         self.store = store
@@ -184,6 +182,16 @@ class StackedStep:
         self.stack = _Stack(runs, trainable, frozen, buffer_names, cfg)
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                          if cfg.precision == "bf16" and self.device.type == "cuda" else nullcontext())
+        self.compile = cfg.compile
+        self._forwards: dict[tuple, Callable] = {}  # vmapped (and compiled) forward per in_dims
+
+    def _forward(self, in_dims: tuple) -> Callable:
+        """The members' vmapped forward; with ``train.compile`` one ``torch.compile``d graph
+        (dropout's keyed masks fuse into it), recompiled when the member count changes."""
+        if in_dims not in self._forwards:
+            forward = vmap(self._member_forward, in_dims=in_dims)
+            self._forwards[in_dims] = torch.compile(forward) if self.compile else forward
+        return self._forwards[in_dims]
 
     def _member_forward(self, params, constants, input_ids, key_padding_mask, source_ids,
                         source_mask, seed, step):
@@ -207,7 +215,7 @@ class StackedStep:
         steps = torch.tensor([run.step for run in runs], device=self.device)
         stack = self.stack
         with self.autocast:
-            logits, aux_losses = vmap(self._member_forward, in_dims=in_dims)(
+            logits, aux_losses = self._forward(in_dims)(
                 stack.params, stack.constants, batch.input_ids, batch.key_padding_mask,
                 batch.source_ids, batch.source_mask, seeds, steps)
         losses = torch.stack([target_loss(logits[k], batch.targets[k], run.cfg.loss)
