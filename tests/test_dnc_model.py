@@ -222,6 +222,31 @@ def test_masked_lookup_zero_mask_ignores_value_half_and_ones_mask_is_plain():
     torch.testing.assert_close(masked, content_weights(memory[..., :4], keys[..., :4], strengths))
 
 
+@pytest.mark.parametrize("mask_min", [0.0, 0.1])
+def test_mask_logits_get_gradient_through_key_and_memory(mask_min):
+    # the mask (Eq. A.2) is neither detached nor clamped inside |logit| < 20: its logits get a
+    # gradient, and so do the masked-out channels of key and memory when delta > 0
+    cfg = DNCConfig(variant="DNC-M", memory_cells=4, cell_width=6, controller_size=8,
+                    mask_min=mask_min, mask_bias_init=1.0)
+    torch.manual_seed(0)
+    model = DNC(cfg, 2, input_bits=5, output_bits=3)
+    model(torch.randint(0, 32, (2, 7))).square().sum().backward()
+    rows, start = {}, 0
+    for name, size in model.layout:
+        rows[name] = slice(start, start + size)
+        start += size
+    for name in ("write_mask", "read_masks"):
+        assert float(model.interface.weight.grad[rows[name]].abs().sum()) > 0
+        assert float(model.interface.bias.grad[rows[name]].abs().sum()) > 0
+    memory = torch.randn(1, 4, 6, requires_grad=True)
+    keys = torch.randn(1, 1, 6, requires_grad=True)
+    mask = torch.tensor([[[1.0, 1, 1, mask_min, mask_min, mask_min]]], requires_grad=True)
+    content_weights(memory, keys, torch.tensor([[3.0]]), mask)[0, 0, 1].backward()
+    assert float(mask.grad.abs().sum()) > 0
+    hidden_key = float(keys.grad[0, 0, 3:].abs().sum())
+    assert hidden_key > 0 if mask_min > 0 else hidden_key == 0
+
+
 def test_bit_packing_round_trips():
     bits = torch.randint(0, 2, (3, 7, 18))
     assert torch.equal(unpack_bits(pack_bits(bits), 18), bits.double())
