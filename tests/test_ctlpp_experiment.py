@@ -124,3 +124,23 @@ def test_classifier_inputs_of_a_trained_run(quick):
     assert features.shape == (8, 32, run.config.model.d_model)
     # each function reaches the symbol from its own input: all 32 inputs (and rows) differ
     assert len(np.unique(features[0].round(5), axis=0)) == 32
+
+
+def test_failure_and_a_vs_r_claims_count_only_seeds_that_fit_iid():
+    experiment = registry.experiment("ctlpp")
+
+    def name(key):
+        return f"{'NDR' if key[0] == 'ndr' else 'Bi-LSTM'} {key[1]}"
+
+    iid = {("ndr", "A"): [1.0, 1.0, 0.2], ("ndr", "R"): [1.0, 1.0, 1.0],
+           ("bilstm", "A"): [1.0, 1.0, 1.0], ("bilstm", "R"): [1.0, 1.0, 1.0]}
+    ood = {("ndr", "A"): [0.3, 0.99, 0.1], ("ndr", "R"): [0.99, 0.98, 0.6],
+           ("bilstm", "A"): [0.96, 0.97, 0.98], ("bilstm", "R"): [1.0, 1.0, 1.0]}
+    fails = experiment.failure_claim(ood, iid, name)
+    assert fails.passed is True and "NDR A > 0.95 0.5" in fails.evidence  # the 0.2-IID seed left out
+    harder = experiment.a_harder_claim(ood, iid)
+    assert harder.passed is True and "NDR A 0.645" in harder.evidence
+    solved = {key: [0.99] * 3 for key in ood}
+    assert experiment.failure_claim(solved, iid, name).passed is None
+    unfitted = {key: [0.1] * 3 for key in iid}
+    assert experiment.a_harder_claim(ood, unfitted).passed is None
