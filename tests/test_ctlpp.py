@@ -134,3 +134,13 @@ def test_without_boundary_tokens_the_input_is_just_the_expression():
 def test_bad_config_is_an_sglab_error(fields, message):
     with pytest.raises(SglabError, match=message):
         make(**fields)
+
+
+def test_an_unknown_variant_on_the_command_line_exits_2_and_writes_nothing(tmp_path, capsys):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--set", "task.name=ctlpp", "--set", "task.variant=S", "--set",
+                 "model.readout=first", "--runs-dir", str(runs)]) == 2
+    assert "variant" in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
