@@ -205,6 +205,7 @@ SMALL_TASKS = {
     "anchors": {"train_size": 200, "test_size": 50, "unseen_size": 50},
     "arithmetic": {"train_size": 200, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
     "ctl": {"train_size": 200, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
+    "ctlpp": {"train_size": 300, "iid_test_size": 20, "ood_test_size": 20},
     "listops": {"train_size": 100, "iid_valid_size": 20, "ood_valid_size": 20, "test_size": 20},
     "mathematics": {"train_size": 50, "eval_size": 10},
     "scan": {"split": "simple"},

@@ -1,0 +1,255 @@
+"""CTL++ (thesis Ch. 6): do the NDR and a Bi-LSTM compose functions in pairs never seen
+together? Splits 'A' and 'R', many seeds, and the representations of each symbol.
+
+Every seed is a separate run (the thesis reports seed distributions: Table 6.1, mean ±
+std of the final-step accuracy over 25 seeds). The report shows the OOD accuracy of
+every seed (strip plot), a per-cell table (mean ± std, median, fraction of seeds above
+0.95 with its Wilson interval), and per seed the cosine matrices of the classifier
+input for each output symbol (Fig. 6.3): complete-linkage clusters, how far the two
+function groups separate, and the clusters' agreement with the groups (ARI).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sglab import registry
+from sglab.analysis.hooks import capture
+from sglab.analysis.symbol_clusters import symbol_clusters
+from sglab.experiments.base import Experiment
+from sglab.experiments.claims import any_of, at_least, at_most, claim, less_than, not_measurable
+from sglab.experiments.runs import Arm, FinishedRun, RunSet
+from sglab.report.plots import heatmap_grid, seed_strip
+
+IID, OOD = "iid_test/exact_match", "ood_test/exact_match"
+LABELS = {"ndr": "NDR", "bilstm": "Bi-LSTM"}
+THESIS = {("bilstm", "A"): "1.00 / 0.95 ± 0.03", ("bilstm", "R"): "1.00 / 1.00 ± 0.00",
+          ("ndr", "A"): "1.00 / 0.34 ± 0.26", ("ndr", "R"): "1.00 / 0.75 ± 0.27"}
+SOLVED = 0.95  # a seed "generalizes" above this OOD accuracy (thesis Sec. 6.2)
+FITTED = 0.97  # a seed fits the training distribution at this IID accuracy
+
+
+def ndr_model(d: int, d_ff: int, heads: int, dropout: float) -> dict[str, Any]:
+    """The modified NDR of App. E.1.1: geometric attention, copy gate (bias -3, gate
+    dropout 0.1), GELU FFNs with a residual around the data FFN (Eqs. E.1, E.2), 8 shared
+    steps in training and 10 in evaluation, read out at the first column (<B>)."""
+    return {"name": "transformer", "norm": "post", "attention_mask": "bidirectional",
+            "shared_layers": True, "activation": "relu", "bias": True, "tie_embeddings": False,
+            "init": "torch", "pos_encoding": "none", "attention": "geometric",
+            "copy_gate": True, "update_norm": "layernorm", "copy_gate_ffn": "gelu_residual",
+            "gate_dropout": 0.1, "d_model": d, "d_ff": d_ff, "n_heads": heads, "n_layers": 8,
+            "eval_steps": 10, "readout": "first", "dropout": dropout,
+            "attention_dropout": dropout}
+
+
+def preset(d: int, d_ff: int, heads: int, lstm_units: int, steps: int, seeds: list[int],
+           batch: int, lstm_batch: int, lr: float, lstm_lr: float, dropout: float,
+           eval_every: int, lengths: str, train_size: int, warmup: int = 0,
+           splits: tuple[str, ...] = ("A", "R")) -> dict[str, Any]:
+    train = {"steps": steps, "lr_schedule": "constant", "warmup_steps": warmup,
+             "weight_decay": 0.01, "betas": (0.9, 0.999), "eval_interval": eval_every,
+             "log_interval": eval_every, "checkpoint_interval": steps, "threads": 1,
+             "target_metric": OOD, "target_threshold": 1.0, "eval_batch_size": 500}
+    task = {"name": "ctlpp", "lengths": lengths, "train_size": train_size}
+    return {"splits": list(splits), "seeds": seeds, "models": {
+        "ndr": {"task": task, "model": ndr_model(d, d_ff, heads, dropout),
+                "train": {**train, "batch_size": batch, "lr": lr, "grad_clip": 1.0}},
+        "bilstm": {"task": {**task, "boundary_tokens": False},
+                   "model": {"name": "lstm", "d_model": 2 * lstm_units, "n_layers": 1,
+                             "bidirectional": True, "dropout": dropout},
+                   "train": {**train, "batch_size": lstm_batch, "lr": lstm_lr,
+                             "grad_clip": 5.0}}}}
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def classifier_inputs(run: FinishedRun) -> np.ndarray:
+    """[symbols, functions, d]: the classifier input of ``f s`` for every function f and
+    the s with f(s) = symbol (the readout column of the NDR, the final state of the LSTM)."""
+    task, model = run.task, run.model()
+    n_symbols, n_functions = task.tables.shape[1], task.tables.shape[0]
+    inverse = np.argsort(task.tables, axis=1)  # inverse[f, s'] = s with f(s) = s'
+    functions = torch.arange(n_functions).repeat(n_symbols)[:, None]
+    symbols = torch.from_numpy(inverse.T.reshape(-1).copy())
+    ids = task.token_ids(functions, symbols)
+    with torch.no_grad():
+        final = capture(model, ["final"], ids, torch.ones_like(ids, dtype=torch.bool))["final"]
+    return final.reshape(n_symbols, n_functions, -1).numpy()
+
+
+def clusters_of(run: FinishedRun):
+    groups = np.arange(run.task.tables.shape[0]) // (run.task.tables.shape[0] // 2)
+    return run.measure("symbol_clusters", lambda r: symbol_clusters(classifier_inputs(r), groups))
+
+
+class CTLPP(Experiment):
+    name = "ctlpp"
+    title = "CTL++: composing functions never seen together (splits 'A' and 'R')"
+    description = (
+        "Thesis Ch. 6, Table 6.1, Fig. 6.3. 32 random bijections of 8 symbols in two groups "
+        "of 16. 'A': training sequences alternate groups, the OOD test stays in one; 'R': "
+        "training stays in one group, the OOD test alternates. The modified NDR (App. E.1.1) "
+        "and a Bi-LSTM are trained over many seeds; final-step accuracy. The default preset "
+        "is a CPU-sized proxy (d 64, 3k steps, lengths uniform over 1-6)."
+    )
+    presets = {
+        "quick": preset(d=32, d_ff=64, heads=4, lstm_units=32, steps=300, seeds=[0, 1],
+                        batch=64, lstm_batch=64, lr=2e-3, lstm_lr=2e-3, dropout=0.0,
+                        eval_every=150, lengths="uniform", train_size=2000, splits=("R",)),
+        "default": preset(d=64, d_ff=128, heads=4, lstm_units=64, steps=3000,
+                          seeds=list(range(4)), batch=64, lstm_batch=128, lr=2e-3,
+                          lstm_lr=2e-3, dropout=0.0, eval_every=500, lengths="uniform",
+                          train_size=20_000),
+        # thesis App. E: d 256, 4 heads, d_FF 512, Bi-LSTM 256 per direction, AdamW, batch
+        # 512, lr 1.5e-4, 500 warm-up steps, dropout 0.5, 80k steps, 25 seeds
+        "paper": {**preset(d=256, d_ff=512, heads=4, lstm_units=256, steps=80_000,
+                           seeds=list(range(25)), batch=512, lstm_batch=512, lr=1.5e-4,
+                           lstm_lr=1.5e-4, dropout=0.5, eval_every=1000, lengths="thesis",
+                           train_size=300_000, warmup=500), "quiet": False},
+    }
+
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
+        return [Arm({"model": model, "split": split}, base, {"task.variant": split}, seed)
+                for split in params["splits"] for model, base in params["models"].items()
+                for seed in params["seeds"]]
+
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        cells = runs.group_by("model", "split")
+        ood = {key: cell.values(OOD) for key, cell in cells.items()}
+        iid = {key: cell.values(IID) for key, cell in cells.items()}
+
+        def name(key):
+            return f"{LABELS[key[0]]} {key[1]}"
+
+        rows = []
+        for key in cells:
+            above = sum(v > SOLVED for v in ood[key])
+            low, high = wilson(above, len(ood[key]))
+            rows.append([LABELS[key[0]], key[1], len(ood[key]), cells[key].mean_std(IID, 3),
+                         cells[key].mean_std(OOD, 3), f"{statistics.median(ood[key]):.3f}",
+                         f"{above}/{len(ood[key])} [{low:.2f}, {high:.2f}]",
+                         THESIS.get(key, "-")])
+        table = {"title": "Final-step accuracy over seeds (Table 6.1)",
+                 "columns": ["model", "split", "seeds", "IID", "OOD", "median OOD",
+                             f"seeds > {SOLVED} [95% Wilson]", "thesis IID / OOD"],
+                 "rows": rows}
+        seeds_table = {"title": "Per seed: IID / OOD final-step accuracy",
+                       "columns": ["model", "split", "seed", "IID", "OOD"],
+                       "rows": [[LABELS[r["model"]], r["split"], r.seed, f"{r.final[IID]:.3f}",
+                                 f"{r.final[OOD]:.3f}"] for r in runs]}
+        strip = seed_strip(out_dir, "ood_seeds", {name(k): v for k, v in ood.items()},
+                           title="OOD accuracy of every seed", ylabel="OOD accuracy (final step)",
+                           caption="One dot per seed, the bar at the mean.")
+        claims = [claim(
+            "iid-solved", "Every model fits the training distribution (Table 6.1: IID 1.00).",
+            values={name(k): statistics.mean(v) for k, v in iid.items()},
+            rules=[at_least(name(k), FITTED) for k in iid], context="mean IID test accuracy")]
+        bilstm = {name(k): statistics.median(v) for k, v in ood.items() if k[0] == "bilstm"}
+        claims.append(claim(
+            "bilstm-generalizes", "The Bi-LSTM composes functions across groups (Table 6.1: "
+            "OOD 'R' 1.00 ± 0.00, 'A' 0.95 ± 0.03).", values=bilstm,
+            rules=[at_least(n, 0.9) for n in bilstm], context="median OOD accuracy over seeds"))
+        claims.append(self.failure_claim(ood, iid, name))
+        claims.append(self.a_harder_claim(ood, iid))
+        figures, rep_claim = self.representations(runs, out_dir)
+        return {"claims": [*claims, rep_claim], "sections": [
+            {"title": "Accuracy over seeds (Table 6.1)", "tables": [table, seeds_table],
+             "text": "IID test: 1,000 held-out sequences of the training graph (2-6 functions); "
+                     "OOD test: 1,000 sequences of the other graph. Final-step accuracy.",
+             "figures": [strip]},
+            {"title": "Symbol representations (Fig. 6.3)", "figures": figures,
+             "text": "Cosine similarity of the classifier input of 'f s' over the 32 functions "
+                     "producing one symbol (functions 0-15: G_a, 16-31: G_b), for the seeds with "
+                     "the lowest and the highest OOD accuracy of each cell."}]}
+
+    def failure_claim(self, ood, iid, name):
+        """Only seeds that fit the training distribution count (the thesis reports the
+        Transformer over its converged seeds)."""
+        statement = ("The NDR often fails to compose across groups: few seeds exceed 0.95 OOD "
+                     "(thesis: 0% on 'A', 32% on 'R'; Bi-LSTM: almost all).")
+        fitted = {k: [o for o, i in zip(ood[k], iid[k]) if i >= FITTED] for k in ood}
+        ndr = {k: v for k, v in fitted.items() if k[0] == "ndr"}
+        if not any(x <= SOLVED for v in ndr.values() for x in v):
+            return not_measurable("ndr-fails-often", statement, "no NDR seed that fits IID "
+                                  f"(≥ {FITTED}) failed OOD (≤ {SOLVED}): " + ", ".join(
+                                      f"{name(k)} {len(v)} fitted"
+                                      + (f", OOD min {min(v):.3f}" if v else "")
+                                      for k, v in ndr.items()))
+        frac = {f"{name(k)} > {SOLVED}": statistics.mean(x > SOLVED for x in v)
+                for k, v in fitted.items() if v}
+        pairs = [(f"NDR {s} > {SOLVED}", f"Bi-LSTM {s} > {SOLVED}") for _, s in ndr
+                 if f"Bi-LSTM {s} > {SOLVED}" in frac and f"NDR {s} > {SOLVED}" in frac]
+        if not pairs:
+            return not_measurable("ndr-fails-often", statement, "no Bi-LSTM seed fits IID")
+        return claim("ndr-fails-often", statement, frac,
+                     [any_of(*(less_than(a, b) for a, b in pairs))],
+                     context=f"fraction of the seeds fitting IID (≥ {FITTED}) above {SOLVED} OOD")
+
+    def a_harder_claim(self, ood, iid):
+        """Mean OOD accuracy on 'A' below 'R', over the seeds that fit IID, per model with
+        such seeds in both splits."""
+        statement = "'A' is harder than 'R' (Table 6.1: NDR 0.34 vs 0.75, Bi-LSTM 0.95 vs 1.00)."
+        values = {f"{LABELS[m]} {s}": statistics.mean(fit) for (m, s) in ood
+                  if (fit := [o for o, i in zip(ood[m, s], iid[m, s]) if i >= FITTED])}
+        models = [LABELS[m] for m in dict.fromkeys(m for m, _ in ood)
+                  if f"{LABELS[m]} A" in values and f"{LABELS[m]} R" in values]
+        if not models:
+            return not_measurable("a-harder-than-r", statement, "no model has seeds fitting IID "
+                                  f"(≥ {FITTED}) on both 'A' and 'R' (or the preset runs one "
+                                  "split only)")
+        return claim("a-harder-than-r", statement, values,
+                     [less_than(f"{m} A", f"{m} R") for m in models],
+                     context=f"mean OOD accuracy of the seeds fitting IID (≥ {FITTED})")
+
+    def representations(self, runs: RunSet, out_dir: Path):
+        """Cosine matrices of the worst and best seed per cell; the ARI claim."""
+        cells, seps, scores, aris = [], [], [], {}
+        for (model, split), cell in runs.group_by("model", "split").items():
+            ordered = sorted(cell, key=lambda r: r.final[OOD])
+            for run in ordered:
+                found = clusters_of(run)
+                seps.append(max(found.separation))
+                scores.append(run.final[OOD])
+                if run.final[OOD] > SOLVED:
+                    aris[f"{LABELS[model]} {split} seed {run.seed}"] = max(found.ari)
+            for tag, run in (("worst", ordered[0]), ("best", ordered[-1]))[: len(ordered)]:
+                found = clusters_of(run)
+                symbol = int(np.argmax(found.separation))
+                cells.append((f"{LABELS[model]} {split} {tag} (OOD {run.final[OOD]:.2f}), "
+                              f"symbol {symbol}, ARI {found.ari[symbol]:.2f}",
+                              found.similarity[symbol]))
+        figure = heatmap_grid(out_dir, "cosine", [cells[i:i + 4] for i in range(0, len(cells), 4)],
+                              title="Cosine similarity per function pair, most separated symbol",
+                              vmin=-1, vmax=1, cmap="RdBu_r", xlabel="function",
+                              ylabel="function")
+        statement = ("Seeds that generalize represent each symbol the same way whichever group "
+                     "produced it: their clusters do not follow the groups (ARI ≈ 0 for every "
+                     "symbol).")
+        if not aris:
+            return [figure], not_measurable("successful-seeds-share-representations", statement,
+                                            f"no seed above {SOLVED} OOD")
+        from scipy.stats import spearmanr
+
+        rho = float(spearmanr(seps, scores).statistic) if len(set(scores)) > 1 else float("nan")
+        return [figure], claim(
+            "successful-seeds-share-representations", statement, values=aris,
+            rules=[at_most(n, 0.5) for n in aris],
+            context=f"largest ARI over symbols per seed above {SOLVED}; Spearman of group "
+                    f"separation vs OOD accuracy over all seeds (not asserted): {rho:.3f}")
+
+
+registry.register_experiment(CTLPP())

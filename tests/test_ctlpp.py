@@ -1,0 +1,146 @@
+"""CTL++ task (thesis Ch. 6): the systematicity splits 'A' and 'R'."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.tasks import build_task
+from sglab.tasks.base import ClassificationSplit
+from sglab.tasks.ctlpp import FUNCTION_NAMES, GROUP
+
+
+def make(**fields):
+    return build_task(build_run_config({"task": {"name": "ctlpp", "train_size": 6000,
+                                                 **fields}}, []).task)
+
+
+def sequences(task, split):
+    """Decode every example back to (function indices in application order, symbol, label)
+    by reading its tokens, independently of the generator."""
+    vocab = task.vocab
+    out = []
+    for row, length, label in zip(split.tokens.tolist(), split.lengths.tolist(),
+                                  split.labels.tolist()):
+        words = vocab.decode(row[:length])
+        if task.config.boundary_tokens:
+            assert words[0] == "<B>" and words[-1] == "<E>"
+            words = words[1:-1]
+        functions = [FUNCTION_NAMES.index(w) for w in reversed(words[:-1])]  # right to left
+        out.append((functions, int(words[-1]), int(vocab.decode([label])[0])))
+    return out
+
+
+def adjacent_groups(functions):
+    return [(a // GROUP, b // GROUP) for a, b in itertools.pairwise(functions)]
+
+
+def trains_on(variant, functions):
+    """The slow adjacency rule: 'A' switches group at every step, 'R' never does."""
+    return all((a != b) == (variant == "A") for a, b in adjacent_groups(functions))
+
+
+@pytest.mark.parametrize("variant", ["A", "R"])
+def test_training_keeps_its_adjacency_rule_and_every_ood_sequence_breaks_it(variant):
+    task = make(variant=variant)
+    train = sequences(task, task.splits["train"])
+    fresh = sequences(task, _batch_split(make(variant=variant, lengths="uniform")))
+    for functions, _, _ in train + fresh:
+        assert trains_on(variant, functions)
+    for functions, _, _ in sequences(task, task.splits["iid_test"]):
+        assert trains_on(variant, functions)
+    ood = sequences(task, task.splits["ood_test"])
+    assert {len(f) for f, _, _ in ood} == {2, 3, 4, 5, 6}
+    for functions, _, _ in ood:
+        pairs = adjacent_groups(functions)
+        # each OOD sequence breaks the rule at every step: 'A' stays, 'R' alternates
+        assert all((a == b) == (variant == "A") for a, b in pairs)
+
+
+def _batch_split(task, n=2000, seed=1):
+    batch = task.train_batch(n, torch.Generator().manual_seed(seed), False)
+    lengths = batch.key_padding_mask.sum(1)
+    return ClassificationSplit(batch.input_ids, lengths, batch.targets[:, 0])
+
+
+@pytest.mark.parametrize("variant", ["A", "R"])
+def test_iid_test_is_disjoint_from_training_and_singles_cover_every_pair(variant):
+    task = make(variant=variant)
+    train = {(tuple(f), s) for f, s, _ in sequences(task, task.splits["train"])}
+    fresh = {(tuple(f), s) for f, s, _ in sequences(
+        task, _batch_split(make(variant=variant, lengths="uniform"), n=4000))}
+    iid = {(tuple(f), s) for f, s, _ in sequences(task, task.splits["iid_test"])}
+    assert len(iid) == 1000
+    assert not iid & train and not iid & fresh
+    singles = {(f[0], s) for f, s in train if len(f) == 1}
+    assert singles == {(f, s) for f in range(32) for s in range(8)}
+
+
+def test_labels_match_a_slow_reference_of_the_tables():
+    task = make(variant="A")
+    for name in ("train", "iid_test", "ood_test"):
+        for functions, symbol, label in sequences(task, task.splits[name])[:400]:
+            value = symbol
+            for f in functions:  # the function next to the symbol applies first
+                value = int(task.tables[f][value])
+            assert value == label
+    assert all(sorted(row) == list(range(8)) for row in task.tables.tolist())  # bijections
+
+
+def test_thesis_length_mix_caps_each_length_at_half_its_sequences():
+    task = make(variant="R", train_size=20_000)
+    counts = torch.bincount(task.splits["train"].groups["length"]).tolist()
+    assert counts[1] == 256
+    assert counts[2] == task.population(2) // 2  # 2 x 16^2 x 8 = 4096 sequences, half train
+    assert sum(counts) == 20_000 and max(counts[3:]) - min(counts[3:]) <= 1
+    codes = task.splits["train"].tokens[:, :9]
+    assert len(torch.unique(codes, dim=0)) == 20_000  # distinct sequences
+
+
+def test_uniform_lengths_draw_fresh_batches_with_uniform_lengths():
+    task = make(variant="A", lengths="uniform")
+    split = _batch_split(task, n=6000, seed=3)
+    lengths = torch.tensor([len(f) for f, _, _ in sequences(task, split)])
+    counts = torch.bincount(lengths)[1:].float()
+    assert len(counts) == 6 and counts.min() > 0.8 * counts.mean()
+    other = _batch_split(task, n=6000, seed=4)
+    assert not torch.equal(split.tokens, other.tokens)
+
+
+def test_same_seed_same_data_other_seed_other_tables():
+    a, b, c = make(variant="A"), make(variant="A"), make(variant="A", data_seed=1)
+    for name in a.splits:
+        assert torch.equal(a.splits[name].tokens, b.splits[name].tokens)
+        assert torch.equal(a.splits[name].labels, b.splits[name].labels)
+    assert not np.array_equal(a.tables, c.tables)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    x = make(variant="R", lengths="uniform")
+    assert torch.equal(x.train_batch(64, g1, False).input_ids, x.train_batch(64, g2, False).input_ids)
+
+
+def test_without_boundary_tokens_the_input_is_just_the_expression():
+    task = make(variant="R", boundary_tokens=False)
+    functions, symbol, _ = sequences(task, task.splits["ood_test"])[0]
+    assert task.splits["ood_test"].lengths[0] == len(functions) + 1
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"variant": "Q"}, "variant"), ({"lengths": "short"}, "lengths"),
+    ({"max_length": 1}, "max_length"), ({"train_size": 10}, "train_size"),
+])
+def test_bad_config_is_an_sglab_error(fields, message):
+    with pytest.raises(SglabError, match=message):
+        make(**fields)
+
+
+def test_an_unknown_variant_on_the_command_line_exits_2_and_writes_nothing(tmp_path, capsys):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--set", "task.name=ctlpp", "--set", "task.variant=S", "--set",
+                 "model.readout=first", "--runs-dir", str(runs)]) == 2
+    assert "variant" in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())

@@ -1,0 +1,146 @@
+"""CTL++ experiment: presets, symbol-representation clusters, the quick preset end to end."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sglab import registry
+from sglab.analysis.symbol_clusters import (
+    adjusted_rand_index,
+    complete_linkage_clusters,
+    cosine_matrix,
+    group_separation,
+    symbol_clusters,
+)
+from sglab.errors import SglabError
+from sglab.experiments import run_experiment
+from sglab.experiments.ctlpp import classifier_inputs, wilson
+from sglab.experiments.runs import FinishedRun
+from sglab.models.transformer import CopyGateBlock
+from sglab.train.ensemble import ensemble_key
+from sglab.train.loop import load_run_config
+
+GROUPS = np.arange(32) // 16
+
+
+def test_group_split_vectors_cluster_by_group_and_identical_ones_form_one_cluster():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(2, 16))
+    split = centres[GROUPS] + 0.05 * rng.normal(size=(32, 16))
+    found = symbol_clusters(np.stack([split, np.ones((32, 16))]), GROUPS)
+    assert found.ari[0] == pytest.approx(1.0)
+    assert found.separation[0] > 0.5
+    assert (found.clusters[1] == 0).all() and found.separation[1] == pytest.approx(0.0)
+    # shared representation with noise: clusters unrelated to the groups
+    shared = np.ones(16) + 0.05 * rng.normal(size=(32, 16))
+    assert abs(adjusted_rand_index(complete_linkage_clusters(cosine_matrix(shared)), GROUPS)) < 0.3
+    assert abs(group_separation(cosine_matrix(shared), GROUPS)) < 0.05
+
+
+def test_adjusted_rand_index_against_hand_computed_values():
+    assert adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == pytest.approx(1.0)
+    # contingency [[2, 0], [1, 1]]: index 1, rows 2, cols 1+0 = 1... computed by hand:
+    # pairs(table) = 1, pairs(rows) = 1 + 1 = 2, pairs(cols) = 3 + 0 = 3, total 6
+    # expected = 2 * 3 / 6 = 1, max = 2.5 -> ARI = 0
+    assert adjusted_rand_index([0, 0, 1, 1], [0, 0, 0, 1]) == pytest.approx(0.0)
+    with pytest.raises(SglabError, match="symbols"):
+        symbol_clusters(np.zeros((8, 31, 4)), GROUPS)
+
+
+def test_wilson_interval():
+    low, high = wilson(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)
+    low, high = wilson(5, 10)
+    assert low + high == pytest.approx(1.0) and high - low < 0.6
+
+
+def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
+    experiment = registry.experiment("ctlpp")
+    for name in ("quick", "default", "paper"):
+        params = experiment.preset(name)
+        configs = experiment.configs(params, [])
+        assert len(configs) == len(params["splits"]) * 2 * len(params["seeds"])
+        ndr = next(c for c in configs if c.model.name == "transformer")
+        assert ndr.model.copy_gate_ffn == "gelu_residual" and ndr.model.attention == "geometric"
+        assert (ndr.model.n_layers, ndr.model.eval_steps, ndr.model.readout) == (8, 10, "first")
+        assert ndr.model.gate_dropout == 0.1 and ndr.model.copy_gate_bias_init == -3
+        lstm = next(c for c in configs if c.model.name == "lstm")
+        assert lstm.model.bidirectional and not lstm.task.boundary_tokens
+        assert ensemble_key(lstm) is None
+    paper = experiment.configs(experiment.preset("paper"), [])
+    assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
+    assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512
+
+
+def test_gelu_residual_block_is_layernorm_of_ffn_plus_input():
+    from sglab.config import build_run_config
+
+    config = build_run_config({"model": registry.experiment("ctlpp").preset("quick")["models"]
+                               ["ndr"]["model"]}, []).model
+    block = CopyGateBlock(config, None).eval()
+    seen = {}
+    for name in ("resid_mid", "mlp_out"):
+        getattr(block, name).register_forward_hook(
+            lambda module, args, out, name=name: seen.__setitem__(name, out))
+    block(torch.randn(2, 5, config.d_model), None)
+    a, ffn, ln = seen["resid_mid"], block.mlp, block.ln_2
+    hidden = torch.nn.functional.gelu(a @ ffn.up.weight.T + ffn.up.bias)      # Eq. E.1
+    u = torch.nn.functional.layer_norm(hidden @ ffn.out.weight.T + ffn.out.bias + a,
+                                       (config.d_model,), ln.weight, ln.bias)  # Eq. E.2
+    assert torch.allclose(seen["mlp_out"], u, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ctlpp")
+    results = run_experiment(registry.experiment("ctlpp"), "quick", root / "out", root / "runs",
+                             workers=1, overrides=["train.steps=20", "train.eval_interval=20",
+                                                  "task.iid_test_size=200",
+                                                  "task.ood_test_size=200"],
+                             printer=lambda _: None)
+    return root, results
+
+
+def test_quick_preset_end_to_end(quick):
+    root, results = quick
+    assert [c["id"] for c in results["claims"]] == [
+        "iid-solved", "bilstm-generalizes", "ndr-fails-often", "a-harder-than-r",
+        "successful-seeds-share-representations"]
+    a_vs_r = results["claims"][3]
+    assert a_vs_r["passed"] is None and "one split" in a_vs_r["evidence"]
+    assert len(results["runs"]) == 4
+    assert (root / "out" / "figures" / "ood_seeds.png").exists()
+    assert (root / "out" / "figures" / "cosine.png").exists()
+
+
+def test_classifier_inputs_of_a_trained_run(quick):
+    root, results = quick
+    run_dir = root / "runs" / results["runs"][0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    run = FinishedRun({}, load_run_config(run_dir), summary, run_dir)
+    features = classifier_inputs(run)
+    assert features.shape == (8, 32, run.config.model.d_model)
+    # each function reaches the symbol from its own input: all 32 inputs (and rows) differ
+    assert len(np.unique(features[0].round(5), axis=0)) == 32
+
+
+def test_failure_and_a_vs_r_claims_count_only_seeds_that_fit_iid():
+    experiment = registry.experiment("ctlpp")
+
+    def name(key):
+        return f"{'NDR' if key[0] == 'ndr' else 'Bi-LSTM'} {key[1]}"
+
+    iid = {("ndr", "A"): [1.0, 1.0, 0.2], ("ndr", "R"): [1.0, 1.0, 1.0],
+           ("bilstm", "A"): [1.0, 1.0, 1.0], ("bilstm", "R"): [1.0, 1.0, 1.0]}
+    ood = {("ndr", "A"): [0.3, 0.99, 0.1], ("ndr", "R"): [0.99, 0.98, 0.6],
+           ("bilstm", "A"): [0.96, 0.97, 0.98], ("bilstm", "R"): [1.0, 1.0, 1.0]}
+    fails = experiment.failure_claim(ood, iid, name)
+    assert fails.passed is True and "NDR A > 0.95 0.5" in fails.evidence  # the 0.2-IID seed left out
+    harder = experiment.a_harder_claim(ood, iid)
+    assert harder.passed is True and "NDR A 0.645" in harder.evidence
+    solved = {key: [0.99] * 3 for key in ood}
+    assert experiment.failure_claim(solved, iid, name).passed is None
+    unfitted = {key: [0.1] * 3 for key in iid}
+    assert experiment.a_harder_claim(ood, unfitted).passed is None
