@@ -114,6 +114,15 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
         assert ndr.model.attention == "geometric" and ndr.model.copy_gate
         assert ndr.train.target_metric == "ood_valid/exact_match"
     assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
+    # the gated baselines use the thesis code's layer: 1 head, ReLU data FFN 4 d wide, tanh
+    for key in ("rel_gate", "abs_rel_gate"):
+        for condition in ("forward", "backward"):
+            model = runs[(key, condition)].model
+            assert (model.n_heads, model.copy_gate_ffn, model.d_ff, model.update_norm,
+                    model.ndr_init) == (1, "relu", 4 * model.d_model, "tanh", "code")
+    assert runs[("abs_rel_gate", "forward")].train.steps == 16_000
+    assert runs[("abs_rel_gate", "backward")].train.steps == 3000
+    assert runs[("ndr", "forward")].model.copy_gate_ffn == "gelu_residual"
     shallow = [key for key in runs if key[0] == "ndr@8"]
     assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
     assert runs[("ndr@8", "forward")].model.eval_steps == 8
@@ -137,6 +146,7 @@ def test_ctl_paper_preset_carries_table_d3():
                                                       (0.9, 0.999))
     assert ndr.task.train_sampling == "bucketed" and ndr.model.copy_gate_ffn == "relu"
     assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
+    assert runs[("abs_rel_gate", "forward")].model.d_ff == 1024  # hard-coded 4 d in the code
     assert runs[("transformer", "forward")].model.n_layers == 11
     assert runs[("lstm", "forward")].model.d_model == 200
     assert runs[("bilstm", "forward")].train.batch_size == 256

@@ -124,6 +124,35 @@ def test_code_init_keeps_linear_defaults_for_directions_and_ffn_biases():
     assert torch.all(block.gate_ffn.out.bias == -3.0)
 
 
+@pytest.mark.parametrize("attention", ["relative", "abs_rel_gated"])
+def test_code_init_of_the_tanh_gated_layers_follows_the_thesis_code(attention):
+    """ndr_init=code for "+ rel + gate" / "+ abs/rel + gate": relative attention gets Xavier
+    W_q (d -> d), [W_kE; W_v] (one d -> 2d map), W_kP and no projection bias; the data FFN's
+    output layer keeps nn.Linear's U(+-1/sqrt(d_ff)); the NDR's keeps Xavier gain 5/3."""
+    position = (["model.pos_encoding=relative"] if attention == "relative" else
+                ["model.pos_encoding=none", "model.attention=abs_rel_gated"])
+    gated = [o for o in NDR if not o.startswith(("model.attention=", "model.pos_encoding="))]
+    config = build_run_config({"task": {"name": "ctl"}}, [
+        *gated, *position, "model.update_norm=tanh", "model.n_layers=2", "model.d_model=64",
+        "model.d_ff=256", "model.n_heads=1", "model.init=torch", "model.bias=true"])
+    torch.manual_seed(0)
+    block = build_model(config.model, 24, 14).blocks[0]
+    attn, d = block.attn, 64
+    if attention == "relative":
+        q, kv, bias = attn.qkv.weight[:d], attn.qkv.weight[d:], attn.qkv.bias
+        assert torch.all(bias == 0)
+    else:
+        q, kv = attn.query.weight, torch.cat([attn.key.weight, attn.value.weight])
+    for weight, bound in ((q, (6 / (2 * d)) ** 0.5), (kv, (6 / (3 * d)) ** 0.5),
+                          (attn.position_key.weight, (6 / (2 * d)) ** 0.5)):
+        assert 0.95 * bound < weight.abs().max() <= bound
+    default = 256 ** -0.5  # nn.Linear's bound for fan_in = d_ff
+    assert 0.95 * default < block.mlp.out.weight.abs().max() <= default
+    _, ndr = _ndr("model.n_layers=2", "model.d_model=64", "model.d_ff=256", "model.init=torch")
+    xavier = 5 / 3 * (6 / (64 + 256)) ** 0.5
+    assert 0.95 * xavier < ndr.blocks[0].mlp.out.weight.abs().max() <= xavier
+
+
 @pytest.mark.parametrize("ffn", ["relu", "gelu_residual"])
 def test_copy_gated_layer_follows_eqs_5_1_to_5_5(ffn):
     """The layer's order of operations against the equations written out with the block's

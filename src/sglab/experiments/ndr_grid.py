@@ -107,7 +107,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                ndr_lr: float | None = None, lstm_d_model: int | None = None,
                lstm_batch: int | None = None, ablation_conditions: list[str] | None = None,
                gated_ffn: str = "relu", ndr_backward_steps: int | None = None,
-               ablation_steps: int | None = None,
+               ablation_steps: int | None = None, gated_baseline: dict | None = None,
+               variant_steps: dict[str, dict[str, int]] | None = None,
                betas: tuple[float, float] = (0.9, 0.99), quiet: bool = True) -> dict[str, Any]:
     """CTL grid: thesis Table D.3 shapes, scaled by width, batch and steps; with
     ``act_steps`` also the ACT rows of Table D.2 (14 steps at most, trained that long).
@@ -116,7 +117,11 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
     are harmless; the thesis's CTL++ NDR trains with 8 and tests with 10).
     ``sampling``: the CTL task's ``train_sampling`` (dataset: the thesis's length mix;
     uniform: fresh sequences, lengths uniform over 1-5). ``gated_ffn``: the copy-gated
-    layers' ``copy_gate_ffn`` (relu: Eqs. 5.2, 5.5; gelu_residual: App. E)."""
+    layers' ``copy_gate_ffn`` (relu: Eqs. 5.2, 5.5; gelu_residual: App. E).
+    ``gated_baseline``: model fields of "+ rel + gate" and "+ abs/rel + gate" on top of
+    the gated models' (their data FFN is 4 d wide as in the thesis code, whatever Table
+    D.3 prints). ``variant_steps``: ``{variant: {direction: steps}}``, training steps of
+    a variant in one direction (the NDR's backward steps: ``ndr_backward_steps``)."""
     models = transformer_variants(
         d_model=d_model, n_heads=4, n_layers=plain_layers, d_ff=2 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=ndr_layers,
@@ -131,6 +136,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                                   "weight_decay": 0.01}
         if gated_eval_layers:
             variants[key]["model"]["eval_steps"] = gated_eval_layers
+        if key != "ndr":
+            variants[key]["model"].update({"d_ff": 4 * gated_d_model, **(gated_baseline or {})})
     if act_steps:
         for key, spec in act_variants(models, n_layers=ndr_layers).items():
             variants[key] = {"model": spec, "train": {"steps": act_steps}}
@@ -153,7 +160,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
         "seeds": seeds, "depth_ablation": depth_ablation,
         "ablation_train_steps": ablation_steps or ndr_steps,
         "ablation_conditions": ablation_conditions,
-        "condition_steps": {"ndr": {"backward": ndr_backward_steps}} if ndr_backward_steps else {},
+        "condition_steps": {**({"ndr": {"backward": ndr_backward_steps}}
+                                 if ndr_backward_steps else {}), **(variant_steps or {})},
         "n_classes": 8,
         "routing_condition": "backward", "quiet": quiet,
     }

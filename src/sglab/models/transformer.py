@@ -169,8 +169,12 @@ class TransformerConfig(ModelConfig):
         "code", description="With init=torch, the NDR layers' init. code: as the thesis code ends "
                             "up -- Xavier weights, the directional projection (W_LR, W_RL) and "
                             "all FFN biases keep PyTorch's default init, the query bias starts "
-                            "at 0; xavier: Xavier for the directional projection too and zero "
-                            "FFN biases.")
+                            "at 0; relative-position attention (pos_encoding=relative, "
+                            "attention=abs_rel_gated) gets Xavier W_q, [W_kE; W_v], W_kP and "
+                            "zero projection biases; the tanh-update gated layers' data FFN "
+                            "output keeps nn.Linear's init. xavier: Xavier for the directional "
+                            "projection too, zero FFN biases, gain 5/3 on every data FFN "
+                            "output, relative attention at nn.Linear's init.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -358,9 +362,11 @@ class FeedForward(nn.Module):
     def forward(self, x):
         return self.out(self.drop(self.hidden(self.act(self.up(x)))))
 
-    def xavier_(self, out_gain: float, zero_bias: bool = True) -> None:
+    def xavier_(self, out_gain: float | None, zero_bias: bool = True) -> None:
+        """Xavier-uniform weights (``out_gain=None``: the output layer keeps nn.Linear's)."""
         nn.init.xavier_uniform_(self.up.weight, gain=math.sqrt(2))  # ReLU
-        nn.init.xavier_uniform_(self.out.weight, gain=out_gain)
+        if out_gain is not None:
+            nn.init.xavier_uniform_(self.out.weight, gain=out_gain)
         if zero_bias:  # otherwise the biases keep nn.Linear's default
             nn.init.zeros_(self.up.bias)
             nn.init.zeros_(self.out.bias)
@@ -400,9 +406,11 @@ class CopyGateBlock(nn.Module):
     def reset_gate_bias(self) -> None:
         nn.init.constant_(self.gate_ffn.out.bias, self.gate_bias_init)
 
-    def xavier_(self, zero_bias: bool = True) -> None:
-        """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1 (gate)."""
-        self.mlp.xavier_(out_gain=5 / 3, zero_bias=zero_bias)
+    def xavier_(self, zero_bias: bool = True, data_out: bool = True) -> None:
+        """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1
+        (gate). ``data_out=False``: the data FFN's output layer keeps nn.Linear's init, as in
+        the thesis code's tanh-update layer ("+ rel + gate", "+ abs/rel + gate")."""
+        self.mlp.xavier_(out_gain=5 / 3 if data_out else None, zero_bias=zero_bias)
         self.gate_ffn.xavier_(out_gain=1.0, zero_bias=zero_bias)
         self.reset_gate_bias()
 
@@ -446,6 +454,9 @@ def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
     U(+-1/sqrt(d)) -- 2.3x narrower than Xavier at d = 64 -- and so do all FFN biases;
     the query bias (a per-head content bias there) starts at 0. ``xavier``: the
     directional projection gets Xavier bounds as well and FFN biases start at 0.
+    ``code`` also gives relative-position attention the thesis code's Xavier init
+    (:func:`xavier_relative_attention_`) and leaves the data FFN's output layer of the
+    tanh-update gated layers at nn.Linear's init, as that code does.
     """
     for module in model.modules():
         if isinstance(module, GeometricAttention):
@@ -459,8 +470,39 @@ def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
                 nn.init.uniform_(module.direction.weight, -bound, bound)
             else:
                 nn.init.zeros_(module.query.bias)
+        elif isinstance(module, (RelativeSelfAttention, AbsRelGatedAttention)) and scheme == "code":
+            xavier_relative_attention_(module)
         elif isinstance(module, CopyGateBlock):
-            module.xavier_(zero_bias=scheme == "xavier")
+            # the tanh-update layer of the thesis code leaves its data FFN's output layer
+            # at nn.Linear's init (only its geometric NDR layer sets gain 5/3 there)
+            module.xavier_(zero_bias=scheme == "xavier",
+                           data_out=scheme == "xavier" or module.ln_2 is not None)
+
+
+def xavier_relative_attention_(module: nn.Module) -> None:
+    """The thesis code's init of its relative-position attention (used by "+ rel",
+    "+ rel + gate" and, with the absolute/relative switch, "+ abs/rel + gate"):
+    Xavier-uniform W_q (d -> d), [W_kE; W_v] as one d -> 2d map, W_kP (d -> d); no
+    biases on the projections (sglab's are zeroed); the output projection and the switch
+    keep nn.Linear's init."""
+
+    def xavier(weight: torch.Tensor, fan_in: int, fan_out: int) -> None:
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        with torch.no_grad():
+            weight.uniform_(-bound, bound)
+
+    if isinstance(module, RelativeSelfAttention):
+        d = module.qkv.in_features
+        xavier(module.qkv.weight[:d], d, d)
+        xavier(module.qkv.weight[d:], d, 2 * d)
+        if module.qkv.bias is not None:
+            nn.init.zeros_(module.qkv.bias)
+    else:
+        d = module.d_model
+        xavier(module.query.weight, d, d)
+        xavier(module.key.weight, d, 2 * d)
+        xavier(module.value.weight, d, 2 * d)
+    xavier(module.position_key.weight, d, d)
 
 
 class Transformer(nn.Module):
