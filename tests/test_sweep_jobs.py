@@ -108,6 +108,6 @@ def test_parameter_count_for_the_gpu_planner_falls_back_to_the_cpu():
             raise NotImplementedError("no meta kernel")
         return build_model(*args)
 
-    assert _count_parameters(meta_unsupported, config, task) == expected
+    assert _count_parameters(meta_unsupported, config) == expected
     assert devices == ["meta", "cpu"]
-    assert _count_parameters(build_model, config, task) == expected
+    assert _count_parameters(build_model, config) == expected

@@ -38,18 +38,24 @@ def available_cores() -> int:
 GPU_ENSEMBLE_MAX_TOKENS = 16_384
 
 
-_MAX_LENGTHS: dict[str, int] = {}  # task config (JSON) -> the task's longest row
+_TASK_SHAPES: dict[str, tuple[int, int]] = {}  # task config (JSON) -> (vocabulary, longest row)
 
 
-def member_tokens_per_step(config: RunConfig) -> int:
-    """Tokens in one training step of one member: batch rows x the task's longest row
-    (each distinct task config is built once per process)."""
+def task_shape(config: RunConfig) -> tuple[int, int]:
+    """The task's vocabulary size and longest row, which size its model (each distinct
+    task config is built once per process)."""
     from sglab.tasks import build_task
 
     key = config.task.model_dump_json()
-    if key not in _MAX_LENGTHS:
-        _MAX_LENGTHS[key] = build_task(config.task).max_length
-    return config.train.batch_size * _MAX_LENGTHS[key]
+    if key not in _TASK_SHAPES:
+        task = build_task(config.task)
+        _TASK_SHAPES[key] = (len(task.vocab), task.max_length)
+    return _TASK_SHAPES[key]
+
+
+def member_tokens_per_step(config: RunConfig) -> int:
+    """Tokens in one training step of one member: batch rows x the task's longest row."""
+    return config.train.batch_size * task_shape(config)[1]
 
 
 def ensembles_pay_off(config: RunConfig) -> bool:
@@ -84,16 +90,17 @@ def estimated_member_bytes(config: RunConfig, parameters: int, tokens_per_step: 
     return 16 * parameters + 4 * 16 * width * layers * tokens_per_step
 
 
-def _count_parameters(build_model, config: RunConfig, task) -> int:
+def _count_parameters(build_model, config: RunConfig) -> int:
     """The model's parameter count, from a model built on the meta device (no memory) or,
     where a model's construction needs real values (frozen rows picked by a mask), on the CPU."""
     import torch
 
+    vocab_size, max_length = task_shape(config)
     try:
         with torch.device("meta"):
-            model = build_model(config.model, len(task.vocab), task.max_length)
+            model = build_model(config.model, vocab_size, max_length)
     except (NotImplementedError, RuntimeError):
-        model = build_model(config.model, len(task.vocab), task.max_length)
+        model = build_model(config.model, vocab_size, max_length)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -109,7 +116,6 @@ def gpu_member_limits(configs: list[RunConfig], workers: int,
     if not torch.cuda.is_available() or not any(c.train.device != "cpu" for c in configs):
         return MAX_ENSEMBLE_MEMBERS
     from sglab.models import build_model
-    from sglab.tasks import build_task
 
     budget = int(0.8 * torch.cuda.mem_get_info()[0] / max(workers, 1))
     limits: dict[str, int] = {}
@@ -117,7 +123,7 @@ def gpu_member_limits(configs: list[RunConfig], workers: int,
         key = ensemble_key(config)
         if key is None or key in limits or not ensembles_pay_off(config):
             continue
-        parameters = _count_parameters(build_model, config, build_task(config.task))
+        parameters = _count_parameters(build_model, config)
         member = estimated_member_bytes(config, parameters, member_tokens_per_step(config))
         limits[key] = members_for_memory(member, budget)
         printer(f"sweep: {config.model.name} ({parameters:,} parameters, ~{member / 2**20:.0f} "
