@@ -12,6 +12,7 @@ from sglab.analysis.moe import (
     dead_experts,
     expert_usage,
     ffn_statistics,
+    top_share,
     usage_entropy,
 )
 from tests.conftest import tiny_model
@@ -30,6 +31,17 @@ def test_usage_dead_experts_entropy_and_co_occurrence_by_hand():
     assert co[0, 1] == 2 and co[1, 0] == 2 and co[0, 2] == 1 and co[1, 2] == 0 and co[0, 0] == 0
 
 
+def test_usage_by_selection_weight_and_top_share_by_hand():
+    # Fig. 7.3 counts the selection weights sel(x), not the number of selections
+    experts = torch.tensor([[0, 1], [0, 2], [1, 0]])
+    gates = torch.tensor([[0.5, 0.25], [0.5, 0.5], [1.0, 0.25]])
+    usage = expert_usage(experts, 4, gates)
+    assert usage.tolist() == pytest.approx([1.25 / 3, 1.25 / 3, 0.5 / 3, 0])
+    assert top_share(usage, 0.25) == pytest.approx(1.25 / 3)
+    assert top_share(usage, 0.5) == pytest.approx(2.5 / 3)
+    assert top_share(torch.full((8,), 1 / 8), 0.25) == pytest.approx(0.25)
+
+
 def test_active_units_counts_nonzero_units_per_token():
     hidden = torch.tensor([[[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]]])
     assert active_units(hidden) == 1.5
@@ -45,9 +57,17 @@ def test_ffn_statistics_of_dense_topk_and_moe_models():
     assert all(a <= 3 for a in ffn_statistics(topk, ids)["active_units"])
     _, moe = tiny_model("model.activation=relu", "model.ffn=sigma_moe", "model.moe_experts=5",
                         "model.moe_expert_size=8", "model.moe_top_k=2")
-    assert {"blocks.0.mlp.scores", "blocks.1.mlp.experts"} <= set(hook_names(moe))
+    assert {"blocks.0.mlp.scores", "blocks.1.mlp.experts", "blocks.1.mlp.gates"} <= set(
+        hook_names(moe))
     stats = ffn_statistics(moe, ids)
     for usage, dead in zip(stats["usage"], stats["dead_experts"]):
         assert len(usage) == 5 and sum(usage) == pytest.approx(1.0)
         assert usage == sorted(usage, reverse=True) and dead == sum(u == 0 for u in usage)
     assert all(0 <= h <= 1 for h in stats["usage_entropy"])
+    assert all(1 / 5 <= s <= 1 for s in stats["top_quarter_share"])  # top 1 of 5 experts
+    # the gates are the sigmoid scores of the chosen experts (Eq. 7.11)
+    from sglab.analysis.hooks import capture
+
+    got = capture(moe, ["blocks.0.mlp.*"], ids)
+    chosen = torch.sigmoid(got["blocks.0.mlp.scores"]).gather(-1, got["blocks.0.mlp.experts"])
+    assert torch.allclose(got["blocks.0.mlp.gates"], chosen)

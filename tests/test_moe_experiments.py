@@ -43,10 +43,15 @@ def test_moe_variants_quick_reports_every_variant(tmp_path_factory):
         "fewer-active-experts-hurt", "more-experts-behind-dense-twin"]
     assert all(c["passed"] in (True, False) for c in results["claims"])
     rows = results["sections"][0]["tables"][0]["rows"]
-    assert len(rows) == 12
+    assert len(rows) == 14
     params = {row[0]: row[1] for row in rows}
     assert abs(params["dense"] - params["sigma-MoE"]) < 0.01 * params["sigma-MoE"]
     assert params["Switch (K=1)"] == params["sigma-MoE"]
+    # the collapse arms (Fig. 7.3) share the 4x-experts model's size
+    wide = params["sigma-MoE, 4x experts"]
+    assert params["Switch, 4x experts"] == params["softmax (after top-k), 4x experts"] == wide
+    shares = {row[0]: row[-1] for row in rows}
+    assert shares["dense"] == "-" and 0.25 <= float(shares["Switch, 4x experts"]) <= 1
 
 
 def test_ffn_approx_quick_reports_top_k_pkm_and_active_units(tmp_path_factory):

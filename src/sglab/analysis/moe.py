@@ -2,7 +2,8 @@
 
 Pure reductions of captured activations plus :func:`ffn_statistics`, which captures
 ``blocks.{i}.mlp.hidden`` (dense / Top-K units), ``blocks.{i}.mlp.experts`` (chosen
-experts, [.., K]) of every layer on a batch of inputs.
+experts, [.., K]) and ``blocks.{i}.mlp.gates`` (their selection weights) of every layer on a
+batch of inputs.
 """
 
 from __future__ import annotations
@@ -22,10 +23,20 @@ def active_units(hidden: torch.Tensor) -> float:
     return float((hidden != 0).reshape(-1, hidden.shape[-1]).sum(-1).float().mean())
 
 
-def expert_usage(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """Fraction of all (token, slot) selections that went to each expert [N_E]."""
-    counts = torch.bincount(experts.reshape(-1), minlength=n_experts).float()
-    return counts / counts.sum().clamp_min(1)
+def expert_usage(experts: torch.Tensor, n_experts: int,
+                 gates: torch.Tensor | None = None) -> torch.Tensor:
+    """Share of each expert [N_E]: of all (token, slot) selections, or, given ``gates`` (the
+    selection weights of the chosen experts, shaped like ``experts``), of the total selection
+    weight sel(x) (thesis Fig. 7.3: "the total proportion of the expert selection weights")."""
+    weights = None if gates is None else gates.reshape(-1).float()
+    counts = torch.bincount(experts.reshape(-1), weights=weights, minlength=n_experts).float()
+    return counts / counts.sum().clamp_min(1e-12)
+
+
+def top_share(usage: torch.Tensor, fraction: float = 0.25) -> float:
+    """Share of the total held by the most popular ``fraction`` of experts (collapse: -> 1)."""
+    n = max(1, round(fraction * len(usage)))
+    return float(usage.sort(descending=True).values[:n].sum())
 
 
 def dead_experts(usage: torch.Tensor) -> int:
@@ -54,10 +65,11 @@ def _layers(captured: dict[str, torch.Tensor], suffix: str) -> list[torch.Tensor
 
 
 def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]:
-    """Per layer: ``active_units`` (dense/Top-K), or ``usage`` (sorted by popularity,
-    descending), ``dead_experts`` and ``usage_entropy`` (MoE layers)."""
+    """Per layer: ``active_units`` (dense/Top-K), or, for MoE layers, ``usage`` (share of the
+    selection weight per expert, sorted by popularity, descending; Fig. 7.3), its
+    ``usage_entropy`` and ``top_quarter_share``, and ``dead_experts`` (never chosen)."""
     names = set(hook_names(model))
-    patterns = [p for p in ("blocks.*.mlp.hidden", "blocks.*.mlp.experts")
+    patterns = [p for p in ("blocks.*.mlp.hidden", "blocks.*.mlp.experts", "blocks.*.mlp.gates")
                 if any(fnmatch.fnmatchcase(n, p) for n in names)]
     captured = capture(model, patterns, input_ids) if patterns else {}
     out: dict[str, list] = {}
@@ -67,12 +79,14 @@ def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]
     experts = _layers(captured, "experts")
     if experts:
         n_experts = model.config.moe_experts
-        usages = [expert_usage(e, n_experts) for e in experts]
+        gates = _layers(captured, "gates")
+        usages = [expert_usage(e, n_experts, g) for e, g in zip(experts, gates, strict=True)]
         out["usage"] = [u.sort(descending=True).values.tolist() for u in usages]
-        out["dead_experts"] = [dead_experts(u) for u in usages]
+        out["dead_experts"] = [dead_experts(expert_usage(e, n_experts)) for e in experts]
         out["usage_entropy"] = [usage_entropy(u) for u in usages]
+        out["top_quarter_share"] = [top_share(u) for u in usages]
     return out
 
 
 __all__ = ["active_units", "co_occurrence", "dead_experts", "expert_usage", "ffn_statistics",
-           "usage_entropy"]
+           "top_share", "usage_entropy"]

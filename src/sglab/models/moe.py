@@ -84,7 +84,8 @@ class MoE(nn.Module):
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.hidden_drop = Dropout(hidden_dropout)
         self.drop = Dropout(dropout)
-        self.scores, self.experts = HookPoint(), HookPoint()
+        # selector logits [.., N_E], chosen experts [.., K] and their selection weights [.., K]
+        self.scores, self.experts, self.gates = HookPoint(), HookPoint(), HookPoint()
         self.aux_loss: torch.Tensor | None = None
         self.reset_parameters(n_layers, init)
 
@@ -133,6 +134,7 @@ class MoE(nn.Module):
         logits, weights, experts = self.route(x)
         self.scores(logits.reshape(*shape[:-1], -1))
         self.experts(experts.reshape(*shape[:-1], -1))
+        self.gates(weights.reshape(*shape[:-1], -1))
         y = self.masked(x, weights, experts) if self.impl == "masked" else self.sorted(
             x, weights, experts)
         self.aux_loss = None

@@ -26,8 +26,9 @@ Hook names: ``embed``, ``blocks.{i}.attn.pattern``, ``blocks.{i}.attn_out``,
 ``blocks.{i}.resid_mid``, ``blocks.{i}.mlp.hidden``, ``blocks.{i}.mlp_out``,
 ``blocks.{i}.resid_post`` (the block output), ``final`` (input of the unembedding);
 copy-gated blocks add ``blocks.{i}.gate``; MoE blocks (``ffn: sigma_moe | switch | s_base``,
-models/moe.py) add ``blocks.{i}.mlp.scores`` (selector logits) and ``blocks.{i}.mlp.experts``
-(the chosen experts), and leave their balancing losses, summed over layers, in ``aux_loss``.
+models/moe.py) add ``blocks.{i}.mlp.scores`` (selector logits), ``blocks.{i}.mlp.experts``
+(the chosen experts) and ``blocks.{i}.mlp.gates`` (their selection weights), and leave
+their balancing losses, summed over layers, in ``aux_loss``.
 With shared layers ``i`` is the step: every step has its own hook points while the
 weights are shared. ACT adds ``halting.weights`` (readout weight of every step) and
 ``halting.steps`` (halting step of every column).
