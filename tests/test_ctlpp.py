@@ -79,8 +79,9 @@ def test_iid_test_is_disjoint_from_training_and_singles_cover_every_pair(variant
     assert singles == {(f, s) for f in range(32) for s in range(8)}
 
 
-def test_labels_match_a_slow_reference_of_the_tables():
-    task = make(variant="A")
+@pytest.mark.parametrize("variant", ["A", "S"])
+def test_labels_match_a_slow_reference_of_the_tables(variant):
+    task = make(variant=variant)
     for name in ("train", "iid_test", "ood_test"):
         for functions, symbol, label in sequences(task, task.splits[name])[:400]:
             value = symbol
@@ -130,6 +131,10 @@ def test_without_boundary_tokens_the_input_is_just_the_expression():
 @pytest.mark.parametrize("fields, message", [
     ({"variant": "Q"}, "variant"), ({"lengths": "short"}, "lengths"),
     ({"max_length": 1}, "max_length"), ({"train_size": 10}, "train_size"),
+    ({"variant": "S", "shared_symbols": 9}, "shared_symbols"),
+    ({"variant": "S", "shared_symbols": -1}, "shared_symbols"),
+    ({"variant": "S", "shared_functions": 6}, "multiple of 4"),
+    ({"variant": "S", "shared_functions": 4, "shared_symbols": 1}, "cover"),
 ])
 def test_bad_config_is_an_sglab_error(fields, message):
     with pytest.raises(SglabError, match=message):
@@ -140,7 +145,108 @@ def test_an_unknown_variant_on_the_command_line_exits_2_and_writes_nothing(tmp_p
     from sglab.cli import main
 
     runs = tmp_path / "runs"
-    assert main(["train", "--set", "task.name=ctlpp", "--set", "task.variant=S", "--set",
+    assert main(["train", "--set", "task.name=ctlpp", "--set", "task.variant=Q", "--set",
                  "model.readout=first", "--runs-dir", str(runs)]) == 2
     assert "variant" in capsys.readouterr().err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+# ---------------------------------------------------------------------------- variant 'S'
+
+STAGED = {"o": range(0, 8), "a1": range(8, 14), "a2": range(14, 20), "b1": range(20, 26),
+          "b2": range(26, 32)}  # shared_functions 8: G_o first, then 6 each (thesis Sec. 6.2)
+
+
+def group_of(function):
+    return next(name for name, members in STAGED.items() if function in members)
+
+
+def staged_trains_on(task, functions, symbol):
+    """The slow training rule: pairs (G_p1, G_p2), or (G_p1, f in G_o) with the symbol f
+    receives in S_p^f."""
+    sets = dict(zip("ab", task.symbol_sets))
+    value = symbol
+    for first, second in zip(functions[::2], functions[1::2]):
+        path = group_of(first)[0]
+        if group_of(first) not in ("a1", "b1"):
+            return False
+        value = int(task.tables[first][value])
+        if group_of(second) == "o":
+            if value not in sets[path][second]:
+                return False
+        elif group_of(second) != f"{path}2":
+            return False
+        value = int(task.tables[second][value])
+    return True
+
+
+def test_staged_training_keeps_its_rule_with_even_lengths_and_ood_crosses_paths():
+    task = make(variant="S", shared_functions=8, shared_symbols=3)
+    assert {k: v.tolist() for k, v in task.groups.items()} == {
+        k: list(v) for k, v in STAGED.items()}
+    train = sequences(task, task.splits["train"])
+    fresh = sequences(task, _batch_split(make(variant="S", shared_functions=8, shared_symbols=3,
+                                              lengths="uniform"), n=3000))
+    iid = sequences(task, task.splits["iid_test"])
+    for functions, symbol, _ in train + fresh + iid:
+        assert len(functions) % 2 == 0 and staged_trains_on(task, functions, symbol)
+    assert {len(f) for f, _, _ in train} == {len(f) for f, _, _ in fresh} == {2, 4, 6}
+    # G_o is used, after both paths, only on symbols of S_p^f
+    seen = {"a": set(), "b": set()}
+    for functions, symbol, _ in train:
+        value = symbol
+        for first, second in zip(functions[::2], functions[1::2]):
+            value = int(task.tables[first][value])
+            if second in STAGED["o"]:
+                path = group_of(first)[0]
+                assert value in task.symbol_sets["ab".index(path)][second]
+                seen[path].add((second, value))
+            value = int(task.tables[second][value])
+    allowed = {p: {(f, s) for f in STAGED["o"] for s in task.symbol_sets[i][f]}
+               for i, p in enumerate("ab")}
+    assert seen["a"] == allowed["a"] and seen["b"] == allowed["b"]  # every allowed use occurs
+    ood = sequences(task, task.splits["ood_test"])
+    assert {len(f) for f, _, _ in ood} == {2, 4, 6}
+    for functions, symbol, _ in ood:
+        assert not staged_trains_on(task, functions, symbol)
+        for first, second in zip(functions[::2], functions[1::2]):  # every pair crosses paths
+            assert (group_of(first), group_of(second)) in {("a1", "b2"), ("b1", "a2")}
+    keys = {(tuple(f), s) for f, s, _ in train}
+    assert not keys & {(tuple(f), s) for f, s, _ in iid}
+    assert not {(tuple(f), s) for f, s, _ in fresh} & {(tuple(f), s) for f, s, _ in iid}
+    assert len(task.splits["train"].labels) == 6000
+
+
+@pytest.mark.parametrize("functions, shared", [(4, 2), (8, 3), (12, 5), (16, 6), (8, 8), (8, 0)])
+def test_shared_symbol_sets_have_the_stated_overlap_and_cover_every_symbol(functions, shared):
+    task = make(variant="S", shared_functions=functions, shared_symbols=shared, train_size=1000,
+                max_length=4)
+    sets_a, sets_b = task.symbol_sets
+    assert len(sets_a) == len(sets_b) == functions
+    for a, b in zip(sets_a, sets_b):
+        assert len(a & b) == shared and a | b == set(range(8))
+        assert abs(len(a) - len(b)) <= 1  # the rest split between the paths
+    if shared:
+        assert set().union(*(a & b for a, b in zip(sets_a, sets_b))) == set(range(8))
+    assert len(task.groups["a1"]) == (32 - functions) // 4
+
+
+def test_staged_sequence_counts_match_composing_every_pair():
+    task = make(variant="S", shared_functions=12, shared_symbols=2, train_size=1000)
+    graph = task.train_graph
+    firsts, symbols = graph.all_pairs()
+    assert len(set(zip(map(tuple, firsts.tolist()), symbols.tolist()))) == graph.count(2)
+    # length 4: every pair, then every pair that starts from the symbol it ends on
+    ends = task.apply(firsts, symbols)
+    starts = np.bincount(symbols, minlength=8)
+    assert graph.count(4) == int(starts[ends].sum())
+    assert task.ood_graph.count(2) == 2 * 5 * 5 * 8  # (G_a1 x G_b2 + G_b1 x G_a2) x symbols
+
+
+def test_staged_same_seed_same_data():
+    a, b = (make(variant="S", shared_functions=16, shared_symbols=5) for _ in range(2))
+    c = make(variant="S", shared_functions=16, shared_symbols=5, data_seed=3)
+    for name in a.splits:
+        assert torch.equal(a.splits[name].tokens, b.splits[name].tokens)
+    assert a.symbol_sets == b.symbol_sets
+    assert not torch.equal(a.splits["train"].tokens, c.splits["train"].tokens)

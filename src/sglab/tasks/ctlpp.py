@@ -10,8 +10,12 @@ Variants (which adjacent function pairs training shows):
 - ``A`` (alternating): training sequences switch group at every step; the OOD test
   draws every function of a sequence from one group.
 - ``R`` (repeating): training sequences stay in one group; the OOD test alternates.
+- ``S`` (staged): five groups G_o, G_a1, G_a2, G_b1, G_b2; training chains pairs
+  (G_p1, G_p2 ∪ G_o) with G_o restricted to symbol sets S_p^f, the OOD test chains
+  (G_p1, the other path's G_q2); ``shared_functions`` = |G_o|, ``shared_symbols`` =
+  |S_a^f ∩ S_b^f| (thesis Fig. 6.4 axes). See :mod:`sglab.tasks.ctlpp_staged`.
 
-Both variants train on all 256 single applications (so every function meets every
+'A' and 'R' train on all 256 single applications (so every function meets every
 symbol) and compositions of 2-6 functions from the training graph. Splits:
 ``iid_test`` (1,000 sequences of the training graph, lengths 2-6, never trained on)
 and ``ood_test`` (1,000 sequences of the other graph, lengths 2-6); every OOD
@@ -43,6 +47,7 @@ from sglab.tasks.base import (
     Vocabulary,
 )
 from sglab.tasks.ctl import _split_evenly, sequence_codes
+from sglab.tasks.ctlpp_staged import StagedGraph, shared_symbol_sets, staged_groups
 
 N_SYMBOLS, N_FUNCTIONS, GROUP = 8, 32, 16
 SYMBOL_NAMES = [str(i) for i in range(N_SYMBOLS)]
@@ -51,9 +56,17 @@ FUNCTION_NAMES = [chr(ord("a") + i) for i in range(26)] + [chr(ord("A") + i) for
 
 class CTLPPConfig(TaskConfig):
     name: Literal["ctlpp"] = "ctlpp"
-    variant: Literal["A", "R"] = Field(
+    variant: Literal["A", "R", "S"] = Field(
         "R", description="A: training alternates groups, OOD stays in one; R: training stays in "
-                         "one group, OOD alternates.")
+                         "one group, OOD alternates; S: staged pairs through a shared group G_o, "
+                         "OOD pairs across paths.")
+    shared_functions: int = Field(
+        8, ge=0, le=28, description="'S' only: |G_o|, the first functions; the other 32 - "
+                                    "shared_functions are split into G_a1, G_a2, G_b1, G_b2 "
+                                    "(a multiple of 4). Thesis grid: 4, 8, 12, 16.")
+    shared_symbols: int = Field(
+        4, ge=0, le=8, description="'S' only: |S_a^f ∩ S_b^f| for every f in G_o, the symbols "
+                                   "f may receive after both G_a1 and G_b1. Thesis grid: 2-6.")
     lengths: Literal["thesis", "uniform"] = Field(
         "thesis", description="thesis: a fixed training set, at most max_fraction of each "
                               "length's distinct sequences, lengths balanced where possible; "
@@ -71,6 +84,10 @@ class CTLPPConfig(TaskConfig):
     def _check(self):
         if self.train_size > 5_000_000:
             raise ValueError("train_size above 5,000,000 is not supported")
+        if self.variant == "S":  # check the groups and symbol sets before building anything
+            staged_groups(N_FUNCTIONS, self.shared_functions)
+            shared_symbol_sets(self.shared_functions, self.shared_symbols, N_SYMBOLS,
+                               np.random.default_rng(0))
         return self
 
     def evaluation_splits(self) -> list[str]:
@@ -112,6 +129,8 @@ class CTLPPTask(SequenceClassificationTask):
         self.symbol_ids = torch.tensor(vocab.encode(SYMBOL_NAMES))
         self.function_ids = torch.tensor(vocab.encode(FUNCTION_NAMES))
         self.boundary_ids = tuple(vocab.encode([BEGIN, END]))
+        if cfg.variant == "S":
+            return vocab, self.build_staged(rng)
         compositions = list(range(2, cfg.max_length + 1))
         f, s = np.meshgrid(np.arange(N_FUNCTIONS), np.arange(N_SYMBOLS), indexing="ij")
         train, iid, ood = [(f.reshape(-1, 1), s.reshape(-1))], [], []
@@ -135,6 +154,45 @@ class CTLPPTask(SequenceClassificationTask):
         splits = {"train": self.encode(train), "iid_test": self.encode(iid),
                   "ood_test": self.encode(ood)}
         return vocab, splits
+
+    def build_staged(self, rng: np.random.Generator) -> dict[str, ClassificationSplit]:
+        """Variant 'S' (thesis Sec. 6.2): per even length, the IID test and the training
+        sequences are distinct draws of the training graph, the OOD test of the crossed one."""
+        cfg = self.config
+        self.groups = staged_groups(N_FUNCTIONS, cfg.shared_functions)
+        self.symbol_sets = shared_symbol_sets(cfg.shared_functions, cfg.shared_symbols,
+                                              N_SYMBOLS, rng)
+        self.train_graph = StagedGraph.training(self.tables, self.groups, *self.symbol_sets)
+        self.ood_graph = StagedGraph.crossed(self.tables, self.groups)
+        lengths = self.train_lengths()
+        n_iid = _split_evenly(cfg.iid_test_size, len(lengths))
+        n_ood = _split_evenly(cfg.ood_test_size, len(lengths))
+        pairs = self.train_graph.count(2) - min(n_iid[0], self.train_graph.count(2) // 2)
+        n_train = _split_evenly(max(cfg.train_size - pairs, 0), max(len(lengths) - 1, 1))
+        train, iid, ood, self.held_out, carry = [], [], [], {}, 0
+        for k, length in enumerate(lengths):
+            count = self.train_graph.count(length)
+            held = min(n_iid[k], count // 2)
+            if length == 2:  # every pair trains but the held-out ones
+                n = count - held
+            else:
+                wanted = n_train[k - 1] + carry // (len(lengths) - k)
+                n = min(wanted, int(count * cfg.max_fraction), count - held)
+                carry += n_train[k - 1] - n
+            functions, symbols = self.train_graph.sample_distinct(rng, length, held + n)
+            iid.append((functions[:held], symbols[:held]))
+            train.append((functions[held:], symbols[held:]))
+            self.held_out[length] = np.sort(sequence_codes(*iid[-1], N_FUNCTIONS, N_SYMBOLS))
+            ood.append(self.ood_graph.sample_distinct(rng, length, n_ood[k]))
+        return {"train": self.encode(train), "iid_test": self.encode(iid),
+                "ood_test": self.encode(ood)}
+
+    def train_lengths(self) -> list[int]:
+        """Function counts of training sequences: 1..max_length ('A', 'R': singles and
+        compositions), even ones only for 'S' (chains of pairs)."""
+        if self.config.variant == "S":
+            return list(range(2, self.config.max_length + 1, 2))
+        return list(range(1, self.config.max_length + 1))
 
     # ------------------------------------------------------------------ graphs
     @staticmethod
@@ -190,10 +248,10 @@ class CTLPPTask(SequenceClassificationTask):
         return self.fresh_batch(batch_size, generator)
 
     def fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """Lengths uniform over 1..max_length; each example a fresh sequence of the training
-        graph that is not in the IID test."""
-        high = self.config.max_length
-        lengths = torch.randint(1, high + 1, (batch_size,), generator=generator)
+        """Lengths uniform over :meth:`train_lengths`; each example a fresh sequence of the
+        training graph that is not in the IID test."""
+        choices = torch.tensor(self.train_lengths())
+        lengths = choices[torch.randint(len(choices), (batch_size,), generator=generator)]
         parts, order = [], []
         for length in torch.unique(lengths).tolist():
             rows = torch.nonzero(lengths == length).flatten()
@@ -208,6 +266,17 @@ class CTLPPTask(SequenceClassificationTask):
              ) -> tuple[np.ndarray, np.ndarray]:
         """n uniform sequences of the training graph outside the IID test."""
         held = self.held_out.get(length, np.zeros(0, np.int64))
+        if self.config.variant == "S":
+            rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+            while True:
+                functions, symbols = self.train_graph.sample(rng, length, n)
+                codes = sequence_codes(functions, symbols, N_FUNCTIONS, N_SYMBOLS)
+                keep = ~np.isin(codes, held)
+                if keep.all():
+                    return functions, symbols
+                more = self.draw(length, int((~keep).sum()), generator)
+                return (np.concatenate([functions[keep], more[0]]),
+                        np.concatenate([symbols[keep], more[1]]))
         population = self.population(length)
         codes = _torch_ints(population, n, generator)
         while True:
@@ -240,6 +309,6 @@ def _distinct_ints(rng: np.random.Generator, high: int, n: int,
 
 
 @registry.register("task", "ctlpp", CTLPPConfig,
-                   "CTL++ systematicity splits A / R (thesis Ch. 6)")
+                   "CTL++ systematicity splits A / R / S (thesis Ch. 6)")
 def make_ctlpp(config: CTLPPConfig) -> CTLPPTask:
     return CTLPPTask(config)
