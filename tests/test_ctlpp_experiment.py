@@ -61,7 +61,8 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
     for name in ("quick", "default", "paper"):
         params = experiment.preset(name)
         configs = experiment.configs(params, [])
-        assert len(configs) == len(params["splits"]) * 2 * len(params["seeds"])
+        assert len(configs) == len(params["splits"]) * len(params["models"]) * len(params["seeds"])
+        assert ("transformer" in params["models"]) == (name == "paper")
         ndr = next(c for c in configs if c.model.name == "transformer")
         assert ndr.model.copy_gate_ffn == "gelu_residual" and ndr.model.attention == "geometric"
         assert (ndr.model.n_layers, ndr.model.eval_steps, ndr.model.readout) == (8, 10, "first")
@@ -72,6 +73,10 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
     paper = experiment.configs(experiment.preset("paper"), [])
     assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
     assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512
+    transformer = next(c for c in paper if c.model.pos_encoding == "relative")
+    assert transformer.train.steps == 300_000 and transformer.train.weight_decay == 0.0025
+    assert (transformer.model.d_model, transformer.model.d_ff, transformer.model.n_heads,
+            transformer.model.n_layers) == (128, 512, 4, 8) and transformer.model.shared_layers
 
 
 def test_gelu_residual_block_is_layernorm_of_ffn_plus_input():

@@ -37,7 +37,7 @@ import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
+from sglab.config import TaskConfig, check_switches
 from sglab.tasks.base import (
     BEGIN,
     END,
@@ -84,6 +84,8 @@ class CTLPPConfig(TaskConfig):
     def _check(self):
         if self.train_size > 5_000_000:
             raise ValueError("train_size above 5,000,000 is not supported")
+        staged = (self.variant == "S", "variant=S")
+        check_switches(self, {"shared_functions": staged, "shared_symbols": staged})
         if self.variant == "S":  # check the groups and symbol sets before building anything
             staged_groups(N_FUNCTIONS, self.shared_functions)
             shared_symbol_sets(self.shared_functions, self.shared_symbols, N_SYMBOLS,
