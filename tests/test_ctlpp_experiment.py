@@ -73,7 +73,7 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
     paper = experiment.configs(experiment.preset("paper"), [])
     assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
     assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512
-    transformer = next(c for c in paper if c.model.pos_encoding == "relative")
+    transformer = next(c for c in paper if getattr(c.model, "pos_encoding", "") == "relative")
     assert transformer.train.steps == 300_000 and transformer.train.weight_decay == 0.0025
     assert (transformer.model.d_model, transformer.model.d_ff, transformer.model.n_heads,
             transformer.model.n_layers) == (128, 512, 4, 8) and transformer.model.shared_layers
