@@ -9,14 +9,16 @@ import torch
 from sglab import registry
 from sglab.analysis.symbol_clusters import (
     adjusted_rand_index,
+    compatibility_matrix,
     complete_linkage_clusters,
     cosine_matrix,
     group_separation,
+    group_specific_gap,
     symbol_clusters,
 )
 from sglab.errors import SglabError
 from sglab.experiments import run_experiment
-from sglab.experiments.ctlpp import classifier_inputs, wilson
+from sglab.experiments.ctlpp import classifier_inputs, pair_correct, wilson
 from sglab.experiments.runs import FinishedRun
 from sglab.models.transformer import CopyGateBlock
 from sglab.train.ensemble import ensemble_key
@@ -47,6 +49,26 @@ def test_adjusted_rand_index_against_hand_computed_values():
     assert adjusted_rand_index([0, 0, 1, 1], [0, 0, 0, 1]) == pytest.approx(0.0)
     with pytest.raises(SglabError, match="symbols"):
         symbol_clusters(np.zeros((8, 31, 4)), GROUPS)
+
+
+def test_compatibility_of_a_hand_built_predictor():
+    """Fig. E.2's setting: f1 in G_a outputs one of two representations, C_1 (functions
+    0-7) read only by G_a, C_2 (8-15) read by both groups; G_b's outputs (cluster C_3) are
+    read by both. A predictor right exactly where the representation is readable:"""
+    clusters = np.array([0] * 8 + [1] * 8 + [2] * 16)
+    correct = np.ones((32, 32))
+    correct[:8, 16:] = 0  # C_1 followed by G_b: wrong
+    rows, cols, by_cluster = compatibility_matrix(correct, clusters, GROUPS)
+    assert rows.tolist() == [0, 1, 2] and cols.tolist() == [0, 1]
+    assert by_cluster.tolist() == [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+    _, _, by_group = compatibility_matrix(correct, GROUPS, GROUPS)
+    assert by_group.tolist() == [[1.0, 0.5], [1.0, 1.0]]  # half of G_a is readable by G_b
+    assert group_specific_gap(correct, clusters, GROUPS) == pytest.approx(1.0)
+    # a predictor that errs at random, independently of clusters: no group-specific cluster
+    noisy = np.random.default_rng(0).random((32, 32)) < 0.7
+    assert group_specific_gap(noisy, clusters, GROUPS) < 0.3
+    with pytest.raises(SglabError, match="first functions"):
+        compatibility_matrix(np.ones((31, 32)), clusters, GROUPS)
 
 
 def test_wilson_interval():
@@ -112,12 +134,31 @@ def test_quick_preset_end_to_end(quick):
     root, results = quick
     assert [c["id"] for c in results["claims"]] == [
         "iid-solved", "bilstm-generalizes", "ndr-fails-often", "a-harder-than-r",
-        "successful-seeds-share-representations"]
+        "successful-seeds-share-representations", "clusters-group-specific"]
     a_vs_r = results["claims"][3]
     assert a_vs_r["passed"] is None and "one split" in a_vs_r["evidence"]
     assert len(results["runs"]) == 4
     assert (root / "out" / "figures" / "ood_seeds.png").exists()
-    assert (root / "out" / "figures" / "cosine.png").exists()
+    for figure in ("cosine", "iid_ood", "compatibility_cluster", "compatibility_group"):
+        assert (root / "out" / "figures" / f"{figure}.png").exists()
+
+
+def test_pair_correctness_matches_the_models_predictions_one_by_one(quick):
+    root, results = quick
+    run_dir = root / "runs" / results["runs"][-1]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    run = FinishedRun({}, load_run_config(run_dir), summary, run_dir)
+    correct = pair_correct(run)
+    assert correct.shape == (8, 32, 32)
+    task, model = run.task, run.model()
+    rng = np.random.default_rng(0)
+    for middle, f1, f2 in rng.integers([8, 32, 32], size=(20, 3)):
+        s = task.tables[f1].tolist().index(middle)  # f1(s) = middle
+        ids = task.token_ids(torch.tensor([[f1, f2]]), torch.tensor([s]))
+        with torch.no_grad():
+            predicted = model(ids, key_padding_mask=torch.ones_like(ids, dtype=torch.bool))[0, 0]
+        label = task.symbol_ids[task.tables[f2][middle]]
+        assert correct[middle, f1, f2] == (predicted.argmax() == label)
 
 
 def test_classifier_inputs_of_a_trained_run(quick):

@@ -87,3 +87,44 @@ def symbol_clusters(features, groups) -> SymbolClusters:
     clusters = [complete_linkage_clusters(s) for s in sims]
     return SymbolClusters(sims, clusters, [group_separation(s, groups) for s in sims],
                           [adjusted_rand_index(c, groups) for c in clusters])
+
+
+# ----------------------------------------------------------------------------- Fig. E.2
+
+
+def compatibility_matrix(correct, row_labels, col_labels
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Accuracy of ``f2 f1 s`` grouped by (label of f1, label of f2) (thesis App. E.2.1,
+    Fig. E.2): ``correct`` [n_first, n_second] (1 where the model is right on f2(f1(s))
+    for that pair, s fixed so that f1(s) is one symbol), ``row_labels`` [n_first] (e.g. the
+    cluster of f1's output), ``col_labels`` [n_second] (e.g. the group of f2).
+    Returns (row label values, column label values, mean accuracy [rows, columns])."""
+    correct = np.asarray(correct, dtype=np.float64)
+    row_labels, col_labels = np.asarray(row_labels), np.asarray(col_labels)
+    if correct.shape != (len(row_labels), len(col_labels)):
+        raise SglabError(f"correct must be [{len(row_labels)} first functions, "
+                         f"{len(col_labels)} second functions], got shape {correct.shape}")
+    rows, row_ids = np.unique(row_labels, return_inverse=True)
+    cols, col_ids = np.unique(col_labels, return_inverse=True)
+    sums = np.zeros((len(rows), len(cols)))
+    counts = np.zeros((len(rows), len(cols)))
+    np.add.at(sums, (row_ids[:, None], col_ids[None, :]), correct)
+    np.add.at(counts, (row_ids[:, None], col_ids[None, :]), 1)
+    return rows, cols, sums / counts
+
+
+def group_specific_gap(correct, clusters, groups) -> float:
+    """How much better a cluster of f1's outputs is read by its own group than by the
+    others (Fig. E.2a: C1 works only with G_a): over the clusters, the largest
+    accuracy(cluster, its majority group) - mean accuracy(cluster, the other groups).
+    Needs at least two groups; with one cluster the gap is that of all functions."""
+    clusters, groups = np.asarray(clusters), np.asarray(groups)
+    cluster_ids, group_ids, matrix = compatibility_matrix(correct, clusters, groups)
+    if len(group_ids) < 2:
+        raise SglabError("group_specific_gap needs functions of at least two groups")
+    gaps = []
+    for i, c in enumerate(cluster_ids):
+        members, counts = np.unique(groups[clusters == c], return_counts=True)
+        own = int(np.flatnonzero(group_ids == members[np.argmax(counts)])[0])
+        gaps.append(matrix[i, own] - np.delete(matrix[i], own).mean())
+    return float(max(gaps))

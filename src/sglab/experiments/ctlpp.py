@@ -21,12 +21,16 @@ import torch
 
 from sglab import registry
 from sglab.analysis.hooks import capture
-from sglab.analysis.symbol_clusters import symbol_clusters
+from sglab.analysis.symbol_clusters import (
+    compatibility_matrix,
+    group_specific_gap,
+    symbol_clusters,
+)
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import any_of, at_least, at_most, claim, less_than, not_measurable
 from sglab.experiments.ndr_grid import transformer_variants
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
-from sglab.report.plots import heatmap_grid, seed_strip
+from sglab.report.plots import annotated_heatmap, heatmap_grid, labelled_scatter, seed_strip
 
 IID, OOD = "iid_test/exact_match", "ood_test/exact_match"
 LABELS = {"ndr": "NDR", "bilstm": "Bi-LSTM", "transformer": "Transformer"}
@@ -35,6 +39,7 @@ THESIS = {("bilstm", "A"): "1.00 / 0.95 ± 0.03", ("bilstm", "R"): "1.00 / 1.00 
           ("ndr", "A"): "1.00 / 0.34 ± 0.26", ("ndr", "R"): "1.00 / 0.75 ± 0.27"}
 SOLVED = 0.95  # a seed "generalizes" above this OOD accuracy (thesis Sec. 6.2)
 FITTED = 0.97  # a seed fits the training distribution at this IID accuracy
+GROUP_GAP = 0.5  # "effectively compatible only with" its own group (Fig. E.2a)
 
 
 def ndr_model(d: int, d_ff: int, heads: int, dropout: float) -> dict[str, Any]:
@@ -123,9 +128,37 @@ def classifier_inputs(run: FinishedRun) -> np.ndarray:
     return final.reshape(n_symbols, n_functions, -1).numpy()
 
 
+def function_groups(run: FinishedRun) -> np.ndarray:
+    """0 for G_a (the first half of the functions), 1 for G_b."""
+    return np.arange(run.task.tables.shape[0]) // (run.task.tables.shape[0] // 2)
+
+
 def clusters_of(run: FinishedRun):
-    groups = np.arange(run.task.tables.shape[0]) // (run.task.tables.shape[0] // 2)
-    return run.measure("symbol_clusters", lambda r: symbol_clusters(classifier_inputs(r), groups))
+    return run.measure("symbol_clusters",
+                       lambda r: symbol_clusters(classifier_inputs(r), function_groups(r)))
+
+
+def compatibility_of(run: FinishedRun) -> np.ndarray:
+    return run.measure("pair_correct", pair_correct)
+
+
+def pair_correct(run: FinishedRun, batch_size: int = 2048) -> np.ndarray:
+    """[symbols, f1, f2]: whether the model gets ``f2 f1 s`` right, with s the input that
+    f1 maps to the symbol (thesis App. E.2.1: the symbol is the interface between f1's
+    output and f2's input)."""
+    task, model = run.task, run.model()
+    n_functions, n_symbols = task.tables.shape
+    inverse = np.argsort(task.tables, axis=1)  # inverse[f, s'] = s with f(s) = s'
+    middle, first, second = np.meshgrid(np.arange(n_symbols), np.arange(n_functions),
+                                        np.arange(n_functions), indexing="ij")
+    functions = torch.from_numpy(np.stack([first, second], -1).reshape(-1, 2))
+    ids = task.token_ids(functions, torch.from_numpy(inverse[first, middle].reshape(-1)))
+    labels = task.symbol_ids[torch.from_numpy(task.tables[second, middle].reshape(-1))]
+    model.eval()
+    with torch.no_grad():
+        predicted = torch.cat([model(chunk, key_padding_mask=torch.ones_like(chunk, dtype=torch.bool)
+                                     )[:, 0].argmax(-1) for chunk in ids.split(batch_size)])
+    return (predicted == labels).reshape(n_symbols, n_functions, n_functions).numpy()
 
 
 class CTLPP(Experiment):
@@ -200,15 +233,29 @@ class CTLPP(Experiment):
         claims.append(self.failure_claim(ood, iid, name))
         claims.append(self.a_harder_claim(ood, iid))
         figures, rep_claim = self.representations(runs, out_dir)
-        return {"claims": [*claims, rep_claim], "sections": [
+        compat_figures, compat_claim = self.compatibility(runs, out_dir)
+        scatter = labelled_scatter(
+            out_dir, "iid_ood", [(LABELS[model], {
+                split: (cell.values(IID), cell.values(OOD))
+                for (m, split), cell in cells.items() if m == model})
+                for model in runs.label_values("model")],
+            title="IID vs OOD accuracy of every seed", xlabel="IID accuracy",
+            ylabel="OOD accuracy", limits=(-0.02, 1.02),
+            caption="One dot per seed (final step), one colour per split.")
+        return {"claims": [*claims, rep_claim, compat_claim], "sections": [
             {"title": "Accuracy over seeds (Table 6.1)", "tables": [table, seeds_table],
              "text": "IID test: 1,000 held-out sequences of the training graph (2-6 functions); "
                      "OOD test: 1,000 sequences of the other graph. Final-step accuracy.",
-             "figures": [strip]},
+             "figures": [strip, scatter]},
             {"title": "Symbol representations (Fig. 6.3)", "figures": figures,
              "text": "Cosine similarity of the classifier input of 'f s' over the 32 functions "
                      "producing one symbol (functions 0-15: G_a, 16-31: G_b), for the seeds with "
-                     "the lowest and the highest OOD accuracy of each cell."}]}
+                     "the lowest and the highest OOD accuracy of each cell."},
+            {"title": "Compatibility of representations (Fig. E.2)", "figures": compat_figures,
+             "text": "Accuracy of 'f2 f1 s' over all function pairs whose f1 outputs one "
+                     "symbol, grouped by the cluster of f1's output (from the cosine matrix) "
+                     "or its group (rows) and the group of f2 (columns), for the seed with the "
+                     "lowest OOD accuracy and its most separated symbol."}]}
 
     def failure_claim(self, ood, iid, name):
         """Only seeds that fit the training distribution count (the thesis reports the
@@ -248,6 +295,50 @@ class CTLPP(Experiment):
         return claim("a-harder-than-r", statement, values,
                      [less_than(f"{m} A", f"{m} R") for m in models],
                      context=f"mean OOD accuracy of the seeds fitting IID (≥ {FITTED})")
+
+    def compatibility(self, runs: RunSet, out_dir: Path):
+        """Fig. E.2 for the lowest-OOD seed; the claim over the seeds that fit IID but fail
+        OOD: some cluster is read by its own group only."""
+        worst = min(runs, key=lambda r: r.final[OOD])
+        found, correct = clusters_of(worst), compatibility_of(worst)
+        symbol = int(np.argmax(found.separation))
+        groups = function_groups(worst)
+        group_names = [f"G_{'ab'[g]}" for g in range(2)]
+        clusters, _, by_cluster = compatibility_matrix(correct[symbol], found.clusters[symbol],
+                                                       groups)
+        _, _, by_group = compatibility_matrix(correct[symbol], groups, groups)
+        name = f"{LABELS[worst['model']]} {worst['split']} seed {worst.seed}"
+        figures = [annotated_heatmap(
+            out_dir, f"compatibility_{tag}", [(f"{name}, symbol {symbol}", matrix)],
+            xticklabels=group_names, yticklabels=labels, xlabel="group of f2",
+            ylabel=f"{tag} of f1", title=f"Accuracy of 'f2 f1 s' by {tag} of f1 x group of f2",
+            caption=f"OOD {worst.final[OOD]:.2f}; f1 outputs symbol {symbol}.")
+            for tag, matrix, labels in (
+                ("cluster", by_cluster, [f"C_{c + 1}" for c in clusters]),
+                ("group", by_group, group_names))]
+        statement = ("In seeds that fail OOD, a cluster of a symbol's representations is read "
+                     "correctly only by the functions of its own group (Fig. E.2a: C_1 works "
+                     "with G_a only, C_2 with both).")
+        failed = [r for r in runs if r.final[IID] >= FITTED and r.final[OOD] <= SOLVED]
+        if not failed:
+            return figures, not_measurable("clusters-group-specific", statement,
+                                           f"no seed fits IID (≥ {FITTED}) and fails OOD "
+                                           f"(≤ {SOLVED})")
+        values = {}
+        for run in failed:
+            found, correct = clusters_of(run), compatibility_of(run)
+            gaps = [group_specific_gap(correct[s], found.clusters[s], function_groups(run))
+                    for s in range(len(correct)) if len(set(found.clusters[s])) > 1]
+            if gaps:
+                values[f"{LABELS[run['model']]} {run['split']} seed {run.seed}"] = max(gaps)
+        if not values:
+            return figures, not_measurable("clusters-group-specific", statement,
+                                           "every symbol of the failing seeds forms one cluster")
+        return figures, claim(
+            "clusters-group-specific", statement, values,
+            [at_least(n, GROUP_GAP) for n in values],
+            context="per failing seed, the largest over symbols with two or more clusters of "
+                    "accuracy(cluster, its own group) - accuracy(cluster, the other group)")
 
     def representations(self, runs: RunSet, out_dir: Path):
         """Cosine matrices of the worst and best seed per cell; the ARI claim."""

@@ -272,6 +272,26 @@ def coloured_scatter_grid(out_dir: Path, name: str,
     return _entry(save_figure(fig, out_dir, name), title, caption)
 
 
+def labelled_scatter(out_dir: Path, name: str,
+                     panels: Sequence[tuple[str, dict[str, tuple[Sequence[float], Sequence[float]]]]],
+                     *, title: str, caption: str = "", xlabel: str = "", ylabel: str = "",
+                     limits: tuple[float, float] | None = None) -> dict[str, str]:
+    """Scatter panels side by side, each (title, {series label: (xs, ys)}) with a legend
+    (e.g. IID vs OOD accuracy of every seed, one colour per split)."""
+    fig, axes = new_figure(3.8 * len(panels), 3.6, ncols=len(panels))
+    for ax, (panel_title, series) in zip(axes[0], panels):
+        for i, (label, (xs, ys)) in enumerate(series.items()):
+            ax.scatter(xs, ys, s=16, color=f"C{i}", label=label, alpha=0.8)
+        if limits is not None:
+            ax.set_xlim(*limits)
+            ax.set_ylim(*limits)
+        ax.set_title(panel_title, fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(ylabel)
+    return _entry(save_figure(fig, out_dir, name), title, caption)
+
+
 def scatter_panels(out_dir: Path, name: str,
                    panels: Sequence[tuple[str, Any, Sequence[int], dict[int, str]]], *,
                    title: str, caption: str = "", colors: dict[int, int] | None = None,
