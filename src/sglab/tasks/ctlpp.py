@@ -1,9 +1,9 @@
 """CTL++: systematicity splits of compositional table lookup (thesis Ch. 6, App. E).
 
 Eight symbols ``0``-``7`` and 32 random bijections named ``a``-``z``, ``A``-``F``, split
-into two groups, G_a = functions 0-15 and G_b = 16-31. Inputs are written right to left:
-``c b a 3`` = c(b(a(3))); the label is the resulting symbol. Inputs are framed by
-``<B>`` / ``<E>`` (``boundary_tokens``).
+for 'A' and 'R' into two groups, G_a = functions 0-15 and G_b = 16-31. Inputs are
+written right to left: ``c b a 3`` = c(b(a(3))); the label is the resulting symbol.
+Inputs are framed by ``<B>`` / ``<E>`` (``boundary_tokens``).
 
 Variants (which adjacent function pairs training shows):
 
@@ -26,6 +26,11 @@ examples, at most ``max_fraction`` of each length's distinct sequences, lengths
 balanced where possible (so short compositions are rare: 300k examples give length 2
 about 0.7%). ``uniform``: every batch is fresh, lengths uniform over 1-6, sequences of
 the IID test rejected (the fixed set is still built, for inspection).
+
+'S' has no single applications and only even lengths (2, 4, 6); every length-2 sequence
+of its training graph trains (the authors' code adds them all, its ``pairs`` split)
+except those held for the IID test, and longer lengths follow ``lengths`` as above
+(``uniform``: lengths uniform over 2, 4, 6).
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ class CTLPPConfig(TaskConfig):
     lengths: Literal["thesis", "uniform"] = Field(
         "thesis", description="thesis: a fixed training set, at most max_fraction of each "
                               "length's distinct sequences, lengths balanced where possible; "
-                              "uniform: fresh batches with lengths uniform over 1..max_length, "
+                              "uniform: fresh batches with lengths uniform over 1..max_length "
+                              "('S': the even ones), "
                               "IID test sequences rejected.")
     max_length: int = Field(6, ge=2, le=8, description="Longest composition (train and tests).")
     train_size: int = Field(300_000, ge=256, description="Fixed training set (256 singles included).")
