@@ -190,3 +190,47 @@ def test_failure_and_a_vs_r_claims_count_only_seeds_that_fit_iid():
     assert experiment.failure_claim(solved, iid, name).passed is None
     unfitted = {key: [0.1] * 3 for key in iid}
     assert experiment.a_harder_claim(ood, unfitted).passed is None
+
+
+class _Run:
+    """A finished run as the compatibility claim reads it: labels, final accuracies and the
+    two measures (symbol clusters, pair correctness)."""
+
+    def __init__(self, seed, iid, ood, clusters, correct):
+        from types import SimpleNamespace
+
+        from sglab.analysis.symbol_clusters import SymbolClusters
+        from sglab.experiments.ctlpp import IID, OOD
+
+        self.labels, self.seed = {"model": "ndr", "split": "R"}, seed
+        self.final = {IID: iid, OOD: ood}
+        self.task = SimpleNamespace(tables=np.zeros((32, 8), dtype=int))
+        separation = [float(len(set(clusters))) for _ in range(8)]
+        self.measures = {"symbol_clusters": SymbolClusters([np.eye(32)] * 8, [clusters] * 8,
+                                                           separation, [0.0] * 8),
+                         "pair_correct": np.stack([correct] * 8)}
+
+    def __getitem__(self, label):
+        return self.labels[label]
+
+    def measure(self, name, compute):
+        return self.measures[name]
+
+
+def test_clusters_group_specific_claim_reads_only_seeds_that_fit_iid_and_fail_ood(tmp_path):
+    experiment = registry.experiment("ctlpp")
+    split = np.array([0] * 8 + [1] * 8 + [2] * 16)  # C_1 read by G_a only (Fig. E.2a)
+    specific = np.ones((32, 32))
+    specific[:8, 16:] = 0
+    noisy = (np.random.default_rng(1).random((32, 32)) < 0.6).astype(float)
+    runs = [_Run(0, 1.0, 0.6, split, specific), _Run(1, 1.0, 1.0, split, noisy),
+            _Run(2, 0.3, 0.2, split, noisy)]  # solved OOD / did not fit IID: left out
+    figures, found = experiment.compatibility(runs, tmp_path)
+    assert found.passed is True and "NDR R seed 0 1" in found.evidence
+    assert "seed 1" not in found.evidence and "seed 2" not in found.evidence
+    assert len(figures) == 2 and (tmp_path / "figures" / "compatibility_cluster.png").exists()
+    runs.append(_Run(3, 1.0, 0.5, split, noisy))  # a failing seed whose clusters all read alike
+    assert experiment.compatibility(runs, tmp_path)[1].passed is False
+    one = np.zeros(32, dtype=int)
+    assert experiment.compatibility([_Run(4, 1.0, 0.5, one, specific)], tmp_path)[1].passed is None
+    assert experiment.compatibility(runs[1:3], tmp_path)[1].passed is None  # no failing seed
