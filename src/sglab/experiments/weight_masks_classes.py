@@ -32,7 +32,7 @@ FIXED = ["output.*"]  # the removal masks' output layer is the control mask's (S
 
 
 def cnn_preset(channels, hidden, dropout, base_steps, mask_steps, seeds, removed,
-               beta=1e-4) -> dict[str, Any]:
+               beta) -> dict[str, Any]:
     return {"channels": channels, "pool_every": 1, "hidden": hidden, "dropout": dropout,
             "base_steps": base_steps, "mask_steps": mask_steps, "seeds": seeds,
             "removed": removed, "mask_seeds": 2, "beta": beta, "batch": 128,
@@ -46,11 +46,15 @@ class ClassRemoval(Experiment):
                    "without class c (output layer fixed to the all-class mask) loses far more "
                    "of c's true positives than of any other class's, and two mask seeds on "
                    "one net agree.")
+    # beta 1e-2: B.3.3's choice on the default CNN (the control mask keeps 98.9% of the
+    # unmasked accuracy at 1e-2, 100.4% at 1e-3; 1e-4, the thesis' CIFAR value, left the
+    # removed class's TPR almost unchanged without dropout). Dropout 0.25 as in Tab. B.4.
     presets = {
-        "quick": cnn_preset([4, 8], [16], 0.0, 150, 60, [0], [0, 3]),
-        "default": cnn_preset([16, 32], [64], 0.0, 1500, 1500, [0, 1, 2], [0, 3, 8]),
+        "quick": cnn_preset([4, 8], [16], 0.0, 150, 60, [0], [0, 3], beta=1e-2),
+        "default": cnn_preset([16, 32], [64], 0.25, 1500, 1000, [0, 1, 2],
+                              list(range(CLASSES)), beta=1e-2),
         "paper": cnn_preset([32, 64, 128], [256], 0.25, 20000, 20000, list(range(10)),
-                            list(range(CLASSES))),
+                            list(range(CLASSES)), beta=1e-2),
     }
 
     # ------------------------------------------------------------------ runs
