@@ -174,7 +174,7 @@ class ClassRemoval(Experiment):
             "removed class": self.mean_drop(seeds, "target"),
             "other classes, mean": self.mean_drop(seeds, "others_mean"),
             "other classes, largest": self.mean_drop(seeds, "others_max")},
-            title="Relative TPR drop per removed class", ylabel="drop [%]",
+            title="Relative TPR drop per removed class", ylabel="drop [%]", ylim=(-10, 125),
             caption="Relative drop of the true-positive rate under a mask trained without the "
                     "class, against the control mask; the removed class and the other classes "
                     "(mean and largest), mean over seeds (thesis Fig. 3.7).")
