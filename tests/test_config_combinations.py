@@ -221,6 +221,7 @@ SMALL_TASKS = {
              "sha256": "68d0b59171cfca17a6a36577de2a781a019c12c5462dfbd14d4edcec33e92d16"},
     "add_mul": {"valid_size": 20},
     "double_add": {"train_size": 100, "valid_size": 20},
+    "digits": {},
 }
 BIT_TASKS = {"dnc_repeat_copy", "dnc_associative_recall", "dnc_key_value"}  # need train.loss=bits
 

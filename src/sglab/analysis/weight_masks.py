@@ -114,3 +114,39 @@ def logit_histogram(logits: Masks, bins: int = 500) -> tuple[torch.Tensor, torch
     (Fig. B.3)."""
     values = torch.cat([torch.sigmoid(lg.flatten().float()) for lg in logits.values()])
     return torch.histc(values, bins, 0, 1), torch.linspace(0, 1, bins + 1)
+
+
+# ----------------------------------------------------------------------------- class removal
+
+
+def masks_iou(a: Masks, b: Masks) -> float:
+    """IoU of two mask sets over all their weights together (mask stability, thesis B.2.1:
+    two mask seeds on one net, 93.26 ± 0.96%)."""
+    return iou(torch.cat([a[n].flatten() for n in a]), torch.cat([b[n].flatten() for n in a]))
+
+
+def relative_drops(reference: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """Per class (TPR_reference - TPR_masked) / TPR_reference: the relative drop in
+    true-positive rate (thesis Fig. 3.7a); 0 for a class the reference never gets right."""
+    return torch.where(reference > 0, (reference - masked) / reference.clamp_min(1e-12),
+                       torch.zeros_like(reference))
+
+
+def removal_drops(reference: torch.Tensor, masked: torch.Tensor, removed: int) -> dict[str, float]:
+    """The relative drops of a class-removal mask against the full-task mask: the removed
+    class's (``target``), the other classes' mean and largest, and the largest other drop
+    over the target drop (``max_other_over_target``, thesis Fig. 3.7b; inf when the target
+    class does not drop)."""
+    drops = relative_drops(reference, masked)
+    others = torch.cat([drops[:removed], drops[removed + 1:]])
+    target, largest = float(drops[removed]), float(others.max())
+    return {"target": target, "others_mean": float(others.mean()), "others_max": largest,
+            "max_other_over_target": largest / target if target > 0 else float("inf")}
+
+
+def confusion(predictions: torch.Tensor, labels: torch.Tensor, classes: int) -> torch.Tensor:
+    """[classes, classes]: row = true class, column = predicted class, each row the share of
+    that class's examples (thesis Figs B.11-B.13 plot differences of these)."""
+    table = torch.zeros(classes, classes)
+    table.index_put_((labels, predictions), torch.ones(len(labels)), accumulate=True)
+    return table / table.sum(1, keepdim=True).clamp_min(1)

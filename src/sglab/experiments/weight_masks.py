@@ -42,6 +42,37 @@ def sizes(hidden, base_steps, mask_steps, seeds, beta, valid, batch=128) -> dict
             "seeds": seeds, "beta": beta, "valid_size": valid, "batch": batch}
 
 
+def base_arm(params: dict[str, Any], labels: dict[str, str], task: dict[str, Any],
+             model: dict[str, Any], seed: int) -> Arm:
+    """A net to mask: trained normally at lr 1e-3 for ``params["base_steps"]``."""
+    train = train_settings(params["base_steps"], params["batch"], 1e-3,
+                           max(params["base_steps"] // 4, 1))
+    return Arm({"role": "base", **labels}, {"task": task, "model": model, "train": train},
+               seed=seed)
+
+
+def mask_arm(params: dict[str, Any], base: FinishedRun, labels: dict[str, str],
+             task: dict[str, Any], seed: int, **model: Any) -> Arm:
+    """A mask on finished run ``base`` (β ``params["beta"]``, lr 1e-2, ``params["mask_steps"]``
+    steps); ``model``: further fields of the ``masked`` model."""
+    config = {"task": task,
+              "model": {"name": "masked", "base_run": base.run_id, "beta": params["beta"],
+                        **model},
+              "train": train_settings(params["mask_steps"], params["batch"], 1e-2,
+                                      max(params["mask_steps"] // 2, 1))}
+    return Arm({"role": "mask", **labels}, config, seed=seed)
+
+
+def guarded(claims: list, base: float, what: str) -> list:
+    """The claims, or each as not measurable when the unmasked nets reach only ``base``
+    (< BASE_MIN) on ``what``: masks are compared on nets that solve the task."""
+    if base >= BASE_MIN:
+        return claims
+    reason = (f"the unmasked nets reach only {base:.3f} {what} (the claims need >= "
+              f"{BASE_MIN}); train them longer (a larger preset)")
+    return [not_measurable(c.id, c.statement, reason) for c in claims]
+
+
 class WeightMaskExperiment(Experiment):
     task: str
     subsets: dict[str, str]  # mask name -> task.subset
@@ -62,25 +93,14 @@ class WeightMaskExperiment(Experiment):
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """The base nets (the masks follow in a second stage, see :meth:`stages`)."""
-        train = train_settings(params["base_steps"], params["batch"], 1e-3,
-                               max(params["base_steps"] // 4, 1))
-        return [Arm({"role": "base", "model": variant},
-                    {"task": self.task_config(params, "all"),
-                     "model": self.model(params, variant), "train": train}, seed=seed)
+        return [base_arm(params, {"model": variant}, self.task_config(params, "all"),
+                         self.model(params, variant), seed)
                 for variant in params["models"] for seed in params["seeds"]]
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
-        arms = []
-        for base in bases:
-            for mask, subset in {"full": "all", **self.subsets}.items():
-                config = {"task": self.task_config(params, subset),
-                          "model": {"name": "masked", "base_run": base.run_id,
-                                    "beta": params["beta"]},
-                          "train": train_settings(params["mask_steps"], params["batch"], 1e-2,
-                                                  max(params["mask_steps"] // 2, 1))}
-                arms.append(Arm({"role": "mask", "model": base["model"], "mask": mask}, config,
-                                seed=base.seed))
-        return arms
+        return [mask_arm(params, base, {"model": base["model"], "mask": mask},
+                         self.task_config(params, subset), base.seed)
+                for base in bases for mask, subset in {"full": "all", **self.subsets}.items()]
 
     def stages(self, params):
         return [lambda previous: self.arms(params),
@@ -194,12 +214,7 @@ class WeightMaskExperiment(Experiment):
     def checked_claims(self, params, variant, seeds) -> list:
         """The claims, or (when a base net did not learn the task) each as not measurable."""
         base = min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
-        claims = self.claims(params, variant, seeds)
-        if base >= BASE_MIN:
-            return claims
-        reason = (f"the unmasked nets reach only {base:.3f} exact match on a subtask (the "
-                  f"claims need >= {BASE_MIN}); train them longer (a larger preset)")
-        return [not_measurable(c.id, c.statement, reason) for c in claims]
+        return guarded(self.claims(params, variant, seeds), base, "exact match on a subtask")
 
     def extra_tables(self, seeds) -> list[dict[str, Any]]:
         return []

@@ -9,6 +9,10 @@ base network runs once per slice under ``torch.func.vmap`` over ``functional_cal
 The penalty ``beta / batch * sum(l)`` is left in ``model.aux_loss`` for the Trainer.
 Evaluation uses the final mask 1[sigmoid(l) > 0.5] (or masks set with :meth:`use_masks`).
 
+``fixed`` (name patterns) with ``fixed_from`` (a finished mask run on the same base run)
+keeps those weights under that run's final mask instead of training logits for them: the
+class-removal masks fix the output layer to the full-task (control) mask (thesis Sec. 3.4).
+
 Checkpoints hold only the logits: the base weights live outside the module tree.
 """
 
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 from torch.func import functional_call, vmap
 
@@ -43,6 +47,18 @@ class MaskedConfig(ModelConfig):
     exclude: list[str] = Field(default_factory=list,
                                description="Shell patterns of parameter names left unmasked "
                                            "(embedding tables never are masked).")
+    fixed: list[str] = Field(default_factory=list,
+                             description="Shell patterns of masked parameters whose mask is "
+                                         "taken from run fixed_from, not trained.")
+    fixed_from: str | None = Field(None, description="Run id of a finished mask run on the "
+                                                     "same base_run (the masks of `fixed`).")
+
+    @model_validator(mode="after")
+    def _check_fixed(self):
+        if bool(self.fixed) != (self.fixed_from is not None):
+            raise ValueError("model.fixed and model.fixed_from go together: name the "
+                             "parameters to fix and the mask run whose masks they take")
+        return self
 
     def check_train(self, train) -> None:
         if train.batch_size % self.mask_samples:
@@ -83,7 +99,8 @@ def load_base_run(runs_dir: str | Path | None, base_run: str) -> nn.Module:
         raise SglabError(f"model.base_run={base_run} is itself a mask run; mask a trained net")
     from sglab.models.transformer import build_model
 
-    base = build_model(config.model, summary["vocab_size"], summary["max_length"])
+    base = build_model(config.model, summary["vocab_size"], summary["max_length"],
+                       **summary.get("model_kwargs", {}))
     path = run_dir / "checkpoints" / "last.pt"
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -98,7 +115,9 @@ def load_base_run(runs_dir: str | Path | None, base_run: str) -> nn.Module:
 class MaskedModel(nn.Module):
     """Mask logits over a frozen base model (the base is not a submodule)."""
 
-    def __init__(self, config: MaskedConfig, base: nn.Module):
+    def __init__(self, config: MaskedConfig, base: nn.Module,
+                 fixed_masks: dict[str, torch.Tensor] | None = None):
+        """``fixed_masks``: masks by :meth:`key` of the parameter, for those in ``fixed``."""
         super().__init__()
         self.config = config
         for parameter in base.parameters():
@@ -114,11 +133,23 @@ class MaskedModel(nn.Module):
                 raise SglabError(f"model.exclude: no parameter of the base run matches "
                                  f"{pattern!r}; names look like: "
                                  f"{', '.join(n for n, _ in list(base.named_parameters())[:8])}")
-        self.masked_names = [n for n in names
-                             if not any(fnmatch.fnmatchcase(n, p) for p in config.exclude)]
+        names = [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in config.exclude)]
+        for pattern in config.fixed:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                raise SglabError(f"model.fixed: no masked parameter matches {pattern!r}; "
+                                 f"masked names: {', '.join(names[:8])}")
+        fixed_names = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in config.fixed)]
+        self.masked_names = [n for n in names if n not in fixed_names]  # trained logits
         if not self.masked_names:
-            raise SglabError("model.exclude leaves no weight to mask")
+            raise SglabError("model.exclude and model.fixed leave no weight to mask")
         weights = dict(base.named_parameters())
+        given = fixed_masks or {}
+        for name in fixed_names:
+            mask = given.get(self.key(name))
+            if mask is None or mask.shape != weights[name].shape:
+                raise SglabError(f"model.fixed_from={config.fixed_from} has no mask of the "
+                                 f"shape of {name}; fix masks from a mask run on the same base")
+        self.fixed_masks = {n: given[self.key(n)].float() for n in fixed_names}
         self.logits = nn.ParameterDict({
             self.key(n): nn.Parameter(torch.full_like(weights[n], config.logit_init))
             for n in self.masked_names})
@@ -134,6 +165,7 @@ class MaskedModel(nn.Module):
 
     def _apply(self, fn, recurse=True):
         self.base._apply(fn)
+        self.fixed_masks = {n: fn(m) for n, m in self.fixed_masks.items()}
         return super()._apply(fn, recurse)
 
     def train(self, mode: bool = True):
@@ -147,11 +179,12 @@ class MaskedModel(nn.Module):
 
     def base_weights(self) -> dict[str, torch.Tensor]:
         weights = dict(self.base.named_parameters())
-        return {n: weights[n] for n in self.masked_names}
+        return {n: weights[n] for n in [*self.masked_names, *self.fixed_masks]}
 
     def final_masks(self) -> dict[str, torch.Tensor]:
-        """1[sigmoid(l) > 0.5] per masked weight (thesis B.1)."""
-        return {n: (lg.detach() > 0).float() for n, lg in self.mask_logits().items()}
+        """1[sigmoid(l) > 0.5] per masked weight (thesis B.1), and the fixed masks."""
+        trained = {n: (lg.detach() > 0).float() for n, lg in self.mask_logits().items()}
+        return trained | self.fixed_masks
 
     @contextmanager
     def use_masks(self, masks: dict[str, torch.Tensor]) -> Iterator[None]:
@@ -200,6 +233,8 @@ class MaskedModel(nn.Module):
         logits = self.mask_logits()
         masks = {n: gumbel_sigmoid(lg, cfg.mask_samples, cfg.temperature)
                  for n, lg in logits.items()}
+        masks.update({n: m.expand(cfg.mask_samples, *m.shape)
+                      for n, m in self.fixed_masks.items()})
         out = self.forward_masked(input_ids, masks, **inputs)
         # thesis B.1: loss + alpha * sum(l), beta = batch * alpha
         penalty = sum(lg.sum() for lg in logits.values())
@@ -216,4 +251,26 @@ def make_masked(config: MaskedConfig, vocab_size: int, max_len: int,
         raise SglabError(f"model.base_run={config.base_run} was trained with a vocabulary of "
                          f"{base.summary['vocab_size']} tokens, this task has {vocab_size}; "
                          "mask it on a task of the same family")
-    return MaskedModel(config, base)
+    return MaskedModel(config, base, load_fixed_masks(runs_dir, config))
+
+
+def load_fixed_masks(runs_dir: str | Path | None, config: MaskedConfig) -> dict[str, torch.Tensor]:
+    """The final masks of run ``config.fixed_from`` (a finished mask run on the same base
+    run) by parameter name; {} without ``fixed_from``."""
+    if config.fixed_from is None:
+        return {}
+    run_dir = Path(runs_dir) / config.fixed_from
+    summary = json.loads((run_dir / "summary.json").read_text()) \
+        if (run_dir / "summary.json").is_file() else {}
+    if summary.get("status") != "finished":
+        raise SglabError(f"model.fixed_from={config.fixed_from}: no finished run of that id in "
+                         f"{str(runs_dir)!r}; train the mask it names first")
+    other = validate(RunConfig, load_yaml(run_dir / "config.yaml")).model
+    if other.name != "masked" or other.base_run != config.base_run:
+        raise SglabError(f"model.fixed_from={config.fixed_from} is not a mask run on base run "
+                         f"{config.base_run}; name a mask of the same net")
+    state = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu",
+                       weights_only=True)["model"]
+    prefix = "logits."
+    return {key[len(prefix):]: (value > 0).float()  # keyed like MaskedModel.key(name)
+            for key, value in state.items() if key.startswith(prefix)}
