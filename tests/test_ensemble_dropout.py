@@ -8,6 +8,7 @@ from sglab.config import build_run_config
 from sglab.models.dropout import Dropout, apply_dropout, keyed_uniform, member_masks
 from sglab.store import RunStore
 from sglab.sweep.jobs import (
+    CPU_ENSEMBLE_MAX_TOKENS,
     GPU_ENSEMBLE_MAX_TOKENS,
     MAX_ENSEMBLE_MEMBERS,
     executions,
@@ -120,6 +121,18 @@ def test_on_a_gpu_members_with_large_steps_train_alone(monkeypatch):
     assert executions(small + large, True) == ["ensemble"] * 2 + ["alone"] * 2
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # CPU: dropout stays alone
     assert executions(small + large, True) == ["alone"] * 4
+
+
+def test_on_a_cpu_members_with_large_steps_train_alone(monkeypatch):
+    """On a CPU a member step of CPU_ENSEMBLE_MAX_TOKENS tokens or more trains alone (the
+    stacked step ran at 0.58x of a lone run's member-steps/s there); smaller steps batch."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    small = [tiny_config(f"seed={s}") for s in (0, 1)]
+    rows = -(-CPU_ENSEMBLE_MAX_TOKENS // build_task(small[0].task).max_length)  # ceil
+    large = [tiny_config(f"seed={s}", f"train.batch_size={rows}") for s in (0, 1)]
+    assert member_tokens_per_step(large[0]) >= CPU_ENSEMBLE_MAX_TOKENS
+    assert member_tokens_per_step(small[0]) < CPU_ENSEMBLE_MAX_TOKENS
+    assert executions(small + large, True) == ["ensemble"] * 2 + ["alone"] * 2
 
 
 def test_ensemble_sizes_respect_a_memory_budget(tmp_path):

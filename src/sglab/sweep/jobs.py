@@ -37,6 +37,14 @@ def available_cores() -> int:
 # 16 members 145 member-steps/s. The threshold lies between the two measured points.
 GPU_ENSEMBLE_MAX_TOKENS = 16_384
 
+# On a CPU the stacked step only pays for small steps, where it amortises the per-call
+# overhead of K lone steps; larger steps run slower stacked (bigger working set). Measured
+# with benchmarks/gpu_throughput.py on this project's 2-core CPU, one thread, member-steps/s
+# of a 2-member ensemble over a lone run: symmetry default (~1,660 tokens a step) 1.05x (4
+# members 1.08x), moe-lm default at context 32 (1,024 tokens) 1.0x, at context 128 (4,096
+# tokens) 0.58x. A member whose step holds this many tokens or more trains alone on a CPU.
+CPU_ENSEMBLE_MAX_TOKENS = 4_096
+
 
 _TASK_SHAPES: dict[str, tuple[int, int]] = {}  # task config (JSON) -> (vocabulary, longest row)
 
@@ -61,9 +69,10 @@ def member_tokens_per_step(config: RunConfig) -> int:
 def ensembles_pay_off(config: RunConfig) -> bool:
     """Whether batching this run with others is worth it on the device it trains on. On a
     GPU when a member's step is small (it leaves the GPU launch-bound), not when it holds
-    ``GPU_ENSEMBLE_MAX_TOKENS`` tokens or more. On a CPU only without dropout and for
-    decoder-only models: the stacked step saves little there, and lone runs keep the exact
-    dropout masks and run ids of a lone run."""
+    ``GPU_ENSEMBLE_MAX_TOKENS`` tokens or more. On a CPU only without dropout, for
+    decoder-only models and below ``CPU_ENSEMBLE_MAX_TOKENS`` tokens a step: the stacked
+    step saves little there, and lone runs keep the exact dropout masks and run ids of a
+    lone run."""
     import torch
 
     from sglab.models.dropout import dropout_fields_on
@@ -71,7 +80,9 @@ def ensembles_pay_off(config: RunConfig) -> bool:
     device = config.train.device
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         return member_tokens_per_step(config) < GPU_ENSEMBLE_MAX_TOKENS
-    return not (dropout_fields_on(config.model) or getattr(config.model, "encoder_decoder", False))
+    if dropout_fields_on(config.model) or getattr(config.model, "encoder_decoder", False):
+        return False
+    return member_tokens_per_step(config) < CPU_ENSEMBLE_MAX_TOKENS
 
 
 def members_for_memory(member_bytes: int, budget_bytes: int,
