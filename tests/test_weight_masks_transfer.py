@@ -23,7 +23,7 @@ FIRST = "layers.0.*"
 def settings(steps, lr):
     return {"steps": steps, "batch_size": 32, "lr": lr, "lr_schedule": "constant",
             "warmup_steps": 0, "weight_decay": 0.0, "eval_interval": steps,
-            "log_interval": steps, "checkpoint_interval": steps}
+            "log_interval": steps, "checkpoint_interval": steps, "threads": 1}
 
 
 def task_config(permutation):
