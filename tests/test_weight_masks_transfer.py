@@ -193,6 +193,8 @@ def test_quick_preset_end_to_end(tmp_path):
     tasks, seeds = params["tasks"], len(params["seeds"])
     assert roles.count("base") == seeds  # one unmasked net a chain, on the first task
     assert roles.count("mask") == tasks * seeds * len(params["variants"])
+    masks = [label for label in results["labels"] if label["role"] == "mask"]
+    assert [label["task"] for label in masks] == [str(t) for t in range(1, tasks + 1)]
     claims = {c["id"]: c for c in results["claims"]}
     assert {"sharing-low-while-capacity-free", "output-layer-fills-first",
             "own-mask-keeps-accuracy"} <= set(claims)

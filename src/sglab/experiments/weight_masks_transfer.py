@@ -33,7 +33,8 @@ from sglab.report.plots import Line, Panel, line_figure
 SPLIT = "iid_test"
 FIRST = "layers.0.*"  # reset for every task and never frozen (thesis Sec. 3.2.3)
 # Mask logit initializations: (new weights, frozen weights); thesis Fig. 3.4 uses one
-# value, Fig. B.7 starts the frozen weights at 2 (P = 0.88) and the new ones at 0 or -1
+# value, Fig. B.7 starts the frozen weights at 2 (P = 0.88) and the new ones at 0 or -1.
+# Variants share the first variant's task 1 and differ from task 2 on.
 VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
             "frozen 2, new -1": (-1.0, 2.0)}
 
@@ -88,15 +89,23 @@ class Transfer(Experiment):
         return [base_arm(params, {"chain": str(seed)}, self.task(1), model, seed)
                 for seed in params["seeds"]]
 
+    @staticmethod
+    def chain_run(params, runs: RunSet, variant: str, seed: int, t: int) -> FinishedRun:
+        """Task t's run of a chain; every variant starts from the first variant's task 1
+        (its initialization only matters once there are frozen weights, and a net whose
+        logits all start at -1 does not learn task 1)."""
+        chosen = params["variants"][0] if t == 1 else variant
+        return runs.only(role="mask", init=chosen, chain=seed, task=t)
+
     def task_arms(self, params, previous: RunSet, t: int):
         arms = []
-        for variant in params["variants"]:
+        for variant in params["variants"][:1] if t == 1 else params["variants"]:
             new, frozen = VARIANTS[variant]
             for seed in params["seeds"]:
-                mine = previous.where(role="mask", init=variant, chain=seed)
-                base = mine.only(task=t - 1) if t > 1 else \
+                base = self.chain_run(params, previous, variant, seed, t - 1) if t > 1 else \
                     previous.only(role="base", chain=seed)
-                earlier = [mine.only(task=s).run_id for s in range(1, t)]
+                earlier = [self.chain_run(params, previous, variant, seed, s).run_id
+                           for s in range(1, t)]
                 model = {"train_base": True, "frozen_from": earlier, "unfrozen": [FIRST],
                          "mask_biases": True, "mask_samples": params["mask_samples"],
                          "logit_init": new}
@@ -137,7 +146,7 @@ class Transfer(Experiment):
     def per_chain(self, params, runs: RunSet, variant: str) -> list[dict[str, Any]]:
         tasks = range(1, params["tasks"] + 1)
         return [self.chain_measures(runs.only(role="base", chain=seed),
-                                    [runs.only(role="mask", init=variant, chain=seed, task=t)
+                                    [self.chain_run(params, runs, variant, seed, t)
                                      for t in tasks])
                 for seed in params["seeds"]]
 
