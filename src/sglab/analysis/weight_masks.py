@@ -75,8 +75,19 @@ def sharing_per_layer(mask_sets: dict[str, Masks]) -> dict[str, dict[str, float]
 
 
 def transfer_sharing(current: torch.Tensor, earlier: list[torch.Tensor]) -> float:
-    """|M_t and (OR_{s<t} M_s)| / |M_t|."""
+    """|M_t and (OR_{s<t} M_s)| / |M_t| (thesis Figs 3.4, B.7)."""
     return shared_proportion([current, *earlier], 0) if earlier else 0.0
+
+
+def used_fraction(masks: list[torch.Tensor]) -> float:
+    """|OR_s M_s| / (weights in the layer): the share of a layer's capacity that the masks
+    of the tasks so far occupy (0 for no masks)."""
+    if not masks:
+        return 0.0
+    used = torch.zeros_like(masks[0], dtype=torch.bool)
+    for mask in masks:
+        used |= mask > 0
+    return float(used.float().mean())
 
 
 def half_masks(masks: Masks, first: bool) -> Masks:

@@ -2,8 +2,10 @@
 
 Each input position is one-hot encoded over the vocabulary without padding (a padding
 token, a zeroed input, gives an all-zero block), the blocks are concatenated and fed
-through ReLU layers ``hidden``; the output layer gives ``outputs`` answer slots of
-vocabulary logits, [batch, outputs, vocab]. ``passes: per_pair`` runs the net twice,
+through ReLU layers ``hidden`` (``input_encoding: value`` feeds one number per position
+instead, id / (vocab - 1): pixel intensities for images such as ``digits``); the output
+layer gives ``outputs`` answer slots of vocabulary logits, [batch, outputs, vocab]
+(``classes`` logits a slot instead when set). ``passes: per_pair`` runs the net twice,
 once with the second half of the positions zeroed (read out: the first half of the
 slots) and once with the first half zeroed (the second half of the slots): the double
 addition FNN of the thesis, which cannot reuse weights within one pass.
@@ -27,7 +29,12 @@ class FNNConfig(ModelConfig):
     hidden: list[int] = Field(default_factory=lambda: [400, 400, 200],
                               description="Widths of the ReLU hidden layers.")
     outputs: int = Field(2, ge=1, description="Answer slots (the task's answer digits).")
+    classes: int | None = Field(None, ge=2, description="Logits per answer slot (null: the "
+                                                       "vocabulary size; digits: 10).")
     passes: Literal["single", "per_pair"] = "single"
+    input_encoding: Literal["one_hot", "value"] = Field(
+        "one_hot", description="one_hot: a one-hot block per position; value: id / (vocab - 1) "
+                               "per position (one input each, e.g. pixel intensities).")
     classifier: Literal[True] = True
 
     @model_validator(mode="after")
@@ -46,16 +53,21 @@ class FNN(nn.Module):
     def __init__(self, config: FNNConfig, vocab_size: int, width: int):
         super().__init__()
         self.config, self.vocab_size, self.width = config, vocab_size, width
-        sizes = [width * (vocab_size - 1), *config.hidden, config.outputs * vocab_size]
+        inputs = width * (vocab_size - 1) if config.input_encoding == "one_hot" else width
+        self.classes = config.classes or vocab_size
+        sizes = [inputs, *config.hidden, config.outputs * self.classes]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
 
     def net(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = F.one_hot(input_ids, self.vocab_size)[..., 1:].flatten(1).float()
+        if self.config.input_encoding == "one_hot":
+            x = F.one_hot(input_ids, self.vocab_size)[..., 1:].flatten(1).float()
+        else:
+            x = input_ids.float() / max(self.vocab_size - 1, 1)
         for i, layer in enumerate(self.layers):
             x = layer(x)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
-        return x.view(-1, self.config.outputs, self.vocab_size)
+        return x.view(-1, self.config.outputs, self.classes)
 
     def forward(self, input_ids: torch.Tensor, key_padding_mask=None) -> torch.Tensor:
         if self.config.passes == "single":

@@ -14,6 +14,19 @@ keeps those weights under that run's final mask instead of training logits for t
 class-removal masks fix the output layer to the full-task (control) mask (thesis Sec. 3.4).
 
 Checkpoints hold only the logits: the base weights live outside the module tree.
+
+``train_base`` trains the masked weights together with their logits (transfer learning,
+thesis Sec. 3.2.3 / B.3.6, the authors' partly frozen layers): the weights that the final
+masks of the runs in ``frozen_from`` keep are frozen, the others train. A trained weight is
+``where(frozen, frozen value, parameter)``, so the frozen entries are bit-identical however
+the optimizer moves the parameter, and their gradient is zero. Such a run is itself a base
+run: ``base_run`` = the previous task's run carries its weights on, and ``frozen_from`` may
+name only that run and the runs it froze (so every frozen weight has stayed as the run that
+used it left it). ``reset_free`` starts the free weights from a fresh initialization, as
+the thesis does; ``unfrozen`` (name patterns) are never frozen (the thesis resets the first
+layer for every task: an upper bound on transfer); ``frozen_logit_init`` biases new masks
+towards the frozen weights (Fig. B.7). Unmasked parameters stay frozen. Checkpoints then
+also hold the trained weights (``weights.*``, the frozen entries written in).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import fnmatch
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +45,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from sglab import registry
-from sglab.config import ModelConfig, RunConfig, load_yaml, validate
+from sglab.config import ModelConfig, RunConfig, check_switches, load_yaml, validate
 from sglab.errors import SglabError
 
 
@@ -52,12 +66,32 @@ class MaskedConfig(ModelConfig):
                                          "taken from run fixed_from, not trained.")
     fixed_from: str | None = Field(None, description="Run id of a finished mask run on the "
                                                      "same base_run (the masks of `fixed`).")
+    train_base: bool = Field(False, description="Train the masked weights with the logits, "
+                                                "except those frozen by frozen_from "
+                                                "(transfer learning, thesis Sec. 3.2.3).")
+    frozen_from: list[str] = Field(default_factory=list,
+                                   description="train_base: run ids of finished train_base "
+                                               "mask runs (base_run and the runs it froze) "
+                                               "whose final masks' weights stay frozen.")
+    reset_free: bool = Field(True, description="train_base: free weights start from a fresh "
+                                               "initialization, not base_run's values.")
+    unfrozen: list[str] = Field(default_factory=list,
+                                description="train_base: shell patterns of masked parameters "
+                                            "never frozen (thesis: the first layer).")
+    frozen_logit_init: float | None = Field(None, description="train_base: initial logit of "
+                                                              "the frozen weights (null: "
+                                                              "logit_init; Fig. B.7: 2).")
 
     @model_validator(mode="after")
     def _check_fixed(self):
         if bool(self.fixed) != (self.fixed_from is not None):
             raise ValueError("model.fixed and model.fixed_from go together: name the "
                              "parameters to fix and the mask run whose masks they take")
+        check_switches(self, {name: (self.train_base, "train_base=true") for name in
+                              ("frozen_from", "reset_free", "unfrozen", "frozen_logit_init")})
+        if self.train_base and self.fixed:
+            raise ValueError("model.fixed does not combine with model.train_base: fixed masks "
+                             "belong to a frozen net")
         return self
 
     def check_train(self, train) -> None:
@@ -80,35 +114,89 @@ def gumbel_sigmoid(logits: torch.Tensor, samples: int, temperature: float = 1.0,
     return ((soft > 0.5).to(soft.dtype) - soft).detach() + soft
 
 
-def load_base_run(runs_dir: str | Path | None, base_run: str) -> nn.Module:
-    """The model of finished run ``base_run`` in ``runs_dir`` (weights of its last
-    checkpoint), in eval mode; SglabError when it is missing or unfinished."""
+@dataclass
+class StoredRun:
+    """A finished run of the store: its id, directory, summary and config."""
+
+    run_id: str
+    directory: Path
+    summary: dict
+    config: RunConfig
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The ``model`` state of its last checkpoint."""
+        path = self.directory / "checkpoints" / "last.pt"
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)["model"]
+        except Exception as exc:
+            raise SglabError(f"cannot load the weights of run {self.run_id} from {str(path)!r} "
+                             f"({type(exc).__name__}); retrain that run") from None
+
+
+def stored_run(runs_dir: str | Path | None, run_id: str, field: str) -> StoredRun:
+    """Finished run ``run_id`` of ``runs_dir``; SglabError naming the config ``field`` that
+    points at it when it is missing or unfinished."""
     if runs_dir is None:
         raise SglabError("model masked needs the run store its base run lives in; build it "
                          "with build_model(..., runs_dir=...)")
-    run_dir = Path(runs_dir) / base_run
+    run_dir = Path(runs_dir) / run_id
     if not (run_dir / "summary.json").is_file():
-        raise SglabError(f"model.base_run={base_run}: no such run in {str(runs_dir)!r}; train "
-                         "the base run first (an experiment's earlier stage does)")
+        raise SglabError(f"{field}={run_id}: no such run in {str(runs_dir)!r}; train that run "
+                         "first (an experiment's earlier stage does)")
     summary = json.loads((run_dir / "summary.json").read_text())
     if summary.get("status") != "finished":
-        raise SglabError(f"model.base_run={base_run} is {summary.get('status')!r}, not "
-                         f"finished; finish it first (sglab train --resume {base_run})")
-    config = validate(RunConfig, load_yaml(run_dir / "config.yaml"))
-    if config.model.name == "masked":
-        raise SglabError(f"model.base_run={base_run} is itself a mask run; mask a trained net")
+        raise SglabError(f"{field}={run_id} is {summary.get('status')!r}, not finished; finish "
+                         f"it first (sglab train --resume {run_id})")
+    return StoredRun(run_id, run_dir, summary,
+                     validate(RunConfig, load_yaml(run_dir / "config.yaml")))
+
+
+def is_trained_base(config: ModelConfig) -> bool:
+    """Whether a run's model is a mask run that trained its base weights (a net itself)."""
+    return config.name == "masked" and config.train_base
+
+
+def root_run(runs_dir: str | Path | None, base_run: str) -> StoredRun:
+    """The ordinary (unmasked) run at the start of ``base_run``'s chain of train_base runs."""
+    run = stored_run(runs_dir, base_run, "model.base_run")
+    while run.config.model.name == "masked":
+        if not run.config.model.train_base:
+            raise SglabError(f"model.base_run={run.run_id} is a mask on a frozen net; mask a "
+                             "trained net (or a run with model.train_base)")
+        run = stored_run(runs_dir, run.config.model.base_run, "model.base_run")
+    return run
+
+
+def build_architecture(root: StoredRun) -> nn.Module:
+    """A freshly initialized net of the architecture of ordinary run ``root``."""
     from sglab.models.transformer import build_model
 
-    base = build_model(config.model, summary["vocab_size"], summary["max_length"],
+    summary = root.summary
+    return build_model(root.config.model, summary["vocab_size"], summary["max_length"],
                        **summary.get("model_kwargs", {}))
-    path = run_dir / "checkpoints" / "last.pt"
+
+
+def load_base_run(runs_dir: str | Path | None, base_run: str) -> nn.Module:
+    """The net of finished run ``base_run`` in ``runs_dir`` (weights of its last
+    checkpoint), in eval mode; SglabError when it is missing or unfinished. A train_base
+    mask run gives its chain's architecture with the weights it trained."""
+    root = root_run(runs_dir, base_run)
+    base = build_architecture(root)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        base.load_state_dict(state["model"])
+        base.load_state_dict(root.model_state())
+    except SglabError:
+        raise
     except Exception as exc:
-        raise SglabError(f"cannot load the weights of base run {base_run} from {str(path)!r} "
+        raise SglabError(f"cannot load the weights of base run {root.run_id} "
                          f"({type(exc).__name__}); retrain the base run") from None
-    base.summary = summary
+    if base_run != root.run_id:  # the weights the last run of the chain trained
+        state = stored_run(runs_dir, base_run, "model.base_run").model_state()
+        with torch.no_grad():
+            for name, parameter in base.named_parameters():
+                trained = state.get(f"weights.{MaskedModel.key(name)}")
+                if trained is not None:
+                    parameter.copy_(trained)
+    base.summary = root.summary
     return base.eval()
 
 
@@ -116,8 +204,13 @@ class MaskedModel(nn.Module):
     """Mask logits over a frozen base model (the base is not a submodule)."""
 
     def __init__(self, config: MaskedConfig, base: nn.Module,
-                 fixed_masks: dict[str, torch.Tensor] | None = None):
-        """``fixed_masks``: masks by :meth:`key` of the parameter, for those in ``fixed``."""
+                 fixed_masks: dict[str, torch.Tensor] | None = None,
+                 frozen_masks: dict[str, torch.Tensor] | None = None,
+                 fresh: nn.Module | None = None):
+        """``fixed_masks``: masks by :meth:`key` of the parameter, for those in ``fixed``.
+        With ``train_base``: ``frozen_masks`` (bool, by parameter name; missing = nothing
+        frozen) marks the frozen weights, ``fresh`` (a newly initialized net of the base's
+        architecture) gives the free weights' start when ``reset_free``."""
         super().__init__()
         self.config = config
         for parameter in base.parameters():
@@ -150,8 +243,11 @@ class MaskedModel(nn.Module):
                 raise SglabError(f"model.fixed_from={config.fixed_from} has no mask of the "
                                  f"shape of {name}; fix masks from a mask run on the same base")
         self.fixed_masks = {n: given[self.key(n)].float() for n in fixed_names}
+        self.frozen_masks: dict[str, torch.Tensor] = {}
+        if config.train_base:
+            self._init_trained_weights(weights, frozen_masks or {}, fresh)
         self.logits = nn.ParameterDict({
-            self.key(n): nn.Parameter(torch.full_like(weights[n], config.logit_init))
+            self.key(n): nn.Parameter(self._initial_logits(weights[n], n))
             for n in self.masked_names})
         self.is_causal = getattr(base, "is_causal", True)
         # aten::lstm has no vmap rule: recurrent bases run their mask samples in a loop
@@ -163,9 +259,43 @@ class MaskedModel(nn.Module):
     def key(name: str) -> str:
         return name.replace(".", "__")
 
+    def _init_trained_weights(self, weights: dict[str, torch.Tensor],
+                              frozen_masks: dict[str, torch.Tensor],
+                              fresh: nn.Module | None) -> None:
+        """The trained copies of the masked weights (train_base): frozen entries keep the
+        base's values, free ones start fresh (``reset_free``) or from the base."""
+        config = self.config
+        for pattern in config.unfrozen:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in self.masked_names):
+                raise SglabError(f"model.unfrozen: no masked parameter matches {pattern!r}; "
+                                 f"masked names: {', '.join(self.masked_names[:8])}")
+        if config.reset_free and fresh is None:
+            raise SglabError("model.reset_free needs a freshly initialized net of the base's "
+                             "architecture (make_masked builds one)")
+        start = dict(fresh.named_parameters()) if config.reset_free else weights
+        for name in self.masked_names:
+            frozen = frozen_masks.get(name, torch.zeros_like(weights[name], dtype=torch.bool))
+            if any(fnmatch.fnmatchcase(name, p) for p in config.unfrozen):
+                frozen = torch.zeros_like(frozen)
+            self.frozen_masks[name] = frozen.bool()
+        self.weights = nn.ParameterDict({
+            self.key(n): nn.Parameter(torch.where(self.frozen_masks[n], weights[n],
+                                                  start[n].detach()).clone())
+            for n in self.masked_names})
+        self.register_state_dict_post_hook(_write_effective_weights)
+
+    def _initial_logits(self, weight: torch.Tensor, name: str) -> torch.Tensor:
+        """``logit_init``; with ``frozen_logit_init``, that value on the frozen weights
+        (thesis Fig. B.7: frozen 2, new 0 or -1)."""
+        logits = torch.full_like(weight, self.config.logit_init)
+        if self.config.frozen_logit_init is not None and name in self.frozen_masks:
+            logits[self.frozen_masks[name]] = self.config.frozen_logit_init
+        return logits
+
     def _apply(self, fn, recurse=True):
         self.base._apply(fn)
         self.fixed_masks = {n: fn(m) for n, m in self.fixed_masks.items()}
+        self.frozen_masks = {n: fn(m) for n, m in self.frozen_masks.items()}
         return super()._apply(fn, recurse)
 
     def train(self, mode: bool = True):
@@ -178,8 +308,15 @@ class MaskedModel(nn.Module):
         return {n: self.logits[self.key(n)] for n in self.masked_names}
 
     def base_weights(self) -> dict[str, torch.Tensor]:
+        """The weights under the masks: the frozen base's, or with ``train_base`` the
+        trained ones with the frozen entries taken from the base (the authors' partly
+        frozen layers: no gradient reaches a frozen entry, no optimizer can move it)."""
         weights = dict(self.base.named_parameters())
-        return {n: weights[n] for n in [*self.masked_names, *self.fixed_masks]}
+        out = {n: weights[n] for n in [*self.masked_names, *self.fixed_masks]}
+        if self.config.train_base:
+            out.update({n: torch.where(self.frozen_masks[n], weights[n],
+                                       self.weights[self.key(n)]) for n in self.masked_names})
+        return out
 
     def final_masks(self) -> dict[str, torch.Tensor]:
         """1[sigmoid(l) > 0.5] per masked weight (thesis B.1), and the fixed masks."""
@@ -242,6 +379,14 @@ class MaskedModel(nn.Module):
         return out
 
 
+def _write_effective_weights(module: MaskedModel, state: dict, prefix: str, metadata) -> None:
+    """Checkpoints hold the weights the net computes with (frozen entries written in), so
+    a later run reads its starting weights from ``weights.*`` alone."""
+    for name, weight in module.base_weights().items():
+        if name in module.frozen_masks:
+            state[f"{prefix}weights.{module.key(name)}"] = weight.detach()
+
+
 @registry.register("model", "masked", MaskedConfig,
                    "differentiable weight masks on a frozen finished run (thesis Ch. 3)")
 def make_masked(config: MaskedConfig, vocab_size: int, max_len: int,
@@ -251,7 +396,49 @@ def make_masked(config: MaskedConfig, vocab_size: int, max_len: int,
         raise SglabError(f"model.base_run={config.base_run} was trained with a vocabulary of "
                          f"{base.summary['vocab_size']} tokens, this task has {vocab_size}; "
                          "mask it on a task of the same family")
-    return MaskedModel(config, base, load_fixed_masks(runs_dir, config))
+    if not config.train_base:
+        return MaskedModel(config, base, load_fixed_masks(runs_dir, config))
+    frozen = load_frozen_masks(runs_dir, config, dict(base.named_parameters()))
+    fresh = build_architecture(root_run(runs_dir, config.base_run)) if config.reset_free \
+        else None
+    return MaskedModel(config, base, frozen_masks=frozen, fresh=fresh)
+
+
+def load_frozen_masks(runs_dir: str | Path | None, config: MaskedConfig,
+                      weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The union of the final masks of the runs in ``config.frozen_from`` (bool, by base
+    parameter name, for every parameter of ``weights``; a parameter a run left unmasked
+    was frozen and wholly used there).
+
+    A run may be frozen only if it is ``base_run`` or a run that ``base_run`` froze, and
+    the parameters ``base_run`` left unfrozen must stay unfrozen: then every frozen weight
+    still has the value the run that used it trained (by induction along the chain)."""
+    base = stored_run(runs_dir, config.base_run, "model.base_run")
+    allowed = set()
+    if is_trained_base(base.config.model):
+        allowed = {base.run_id, *base.config.model.frozen_from}
+        dropped = sorted(set(base.config.model.unfrozen) - set(config.unfrozen))
+        if dropped:
+            raise SglabError(f"model.unfrozen must keep base_run {base.run_id}'s pattern "
+                             f"{dropped[0]!r}: those weights were reset after earlier masks "
+                             "used them, so their masks cannot be frozen again")
+    frozen = {n: torch.zeros_like(w, dtype=torch.bool) for n, w in weights.items()}
+    for run_id in config.frozen_from:
+        run = stored_run(runs_dir, run_id, "model.frozen_from")
+        if not is_trained_base(run.config.model):
+            raise SglabError(f"model.frozen_from={run_id} is not a mask run with "
+                             "model.train_base; freeze the runs of earlier tasks")
+        if run_id not in allowed:
+            raise SglabError(f"model.frozen_from={run_id} is neither model.base_run "
+                             f"({config.base_run}) nor a run it froze; name the runs of "
+                             "base_run's chain (a frozen weight must have stayed frozen "
+                             "since the run that used it)")
+        state = run.model_state()
+        for name, mask in frozen.items():
+            logits = state.get(f"logits.{MaskedModel.key(name)}")
+            # thesis B.1: the final mask 1[sigmoid(l) > 0.5]; unmasked there = all used
+            mask |= logits > 0 if logits is not None else torch.ones_like(mask)
+    return frozen
 
 
 def load_fixed_masks(runs_dir: str | Path | None, config: MaskedConfig) -> dict[str, torch.Tensor]:
