@@ -446,18 +446,11 @@ def load_fixed_masks(runs_dir: str | Path | None, config: MaskedConfig) -> dict[
     run) by parameter name; {} without ``fixed_from``."""
     if config.fixed_from is None:
         return {}
-    run_dir = Path(runs_dir) / config.fixed_from
-    summary = json.loads((run_dir / "summary.json").read_text()) \
-        if (run_dir / "summary.json").is_file() else {}
-    if summary.get("status") != "finished":
-        raise SglabError(f"model.fixed_from={config.fixed_from}: no finished run of that id in "
-                         f"{str(runs_dir)!r}; train the mask it names first")
-    other = validate(RunConfig, load_yaml(run_dir / "config.yaml")).model
+    run = stored_run(runs_dir, config.fixed_from, "model.fixed_from")
+    other = run.config.model
     if other.name != "masked" or other.base_run != config.base_run:
         raise SglabError(f"model.fixed_from={config.fixed_from} is not a mask run on base run "
                          f"{config.base_run}; name a mask of the same net")
-    state = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu",
-                       weights_only=True)["model"]
     prefix = "logits."
     return {key[len(prefix):]: (value > 0).float()  # keyed like MaskedModel.key(name)
-            for key, value in state.items() if key.startswith(prefix)}
+            for key, value in run.model_state().items() if key.startswith(prefix)}
