@@ -55,13 +55,18 @@ def per_layer(a: Masks, b: Masks, measure=iou) -> dict[str, float]:
     return {n: measure(a[n], b[n]) for n in a}
 
 
+def union(masks: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """OR of the masks (bool, shaped like ``like``; all False for no masks)."""
+    out = torch.zeros_like(like, dtype=torch.bool)
+    for mask in masks:
+        out |= mask > 0
+    return out
+
+
 def shared_proportion(masks: list[torch.Tensor], i: int) -> float:
     """|M_i and (OR_{j != i} M_j)| / |M_i| (Figs 3.1, 3.3)."""
     mine = masks[i] > 0
-    others = torch.zeros_like(mine)
-    for j, mask in enumerate(masks):
-        if j != i:
-            others |= mask > 0
+    others = union([m for j, m in enumerate(masks) if j != i], mine)
     size = float(mine.sum())
     return float((mine & others).sum()) / size if size else 0.0
 
@@ -82,12 +87,7 @@ def transfer_sharing(current: torch.Tensor, earlier: list[torch.Tensor]) -> floa
 def used_fraction(masks: list[torch.Tensor]) -> float:
     """|OR_s M_s| / (weights in the layer): the share of a layer's capacity that the masks
     of the tasks so far occupy (0 for no masks)."""
-    if not masks:
-        return 0.0
-    used = torch.zeros_like(masks[0], dtype=torch.bool)
-    for mask in masks:
-        used |= mask > 0
-    return float(used.float().mean())
+    return float(union(masks, masks[0]).float().mean()) if masks else 0.0
 
 
 def half_masks(masks: Masks, first: bool) -> Masks:
