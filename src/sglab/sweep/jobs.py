@@ -151,8 +151,11 @@ def executions(configs: list[RunConfig], ensemble: bool) -> list[str]:
     never on the number of workers, and so does every run id."""
     from sglab.train.ensemble import ensemble_key
 
-    keys = [ensemble_key(config) if ensemble and ensembles_pay_off(config) else None
-            for config in configs]
+    keys: list[str | None] = []
+    for config in configs:
+        key = ensemble_key(config) if ensemble else None
+        # only then ensembles_pay_off, which may build the task to count a step's tokens
+        keys.append(key if key is not None and ensembles_pay_off(config) else None)
     sizes = Counter(key for key in keys if key is not None)
     return ["ensemble" if key is not None and sizes[key] > 1 else "alone" for key in keys]
 
