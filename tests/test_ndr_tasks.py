@@ -136,6 +136,40 @@ def test_arithmetic_values_depths_and_splits():
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
 
 
+def _operand_depths(text):
+    """(left depth, right depth) of every operation, from the fully bracketed text."""
+    pairs = []
+
+    def parse(i):  # -> (depth, index after the operand)
+        if text[i] != "(":
+            return 0, i + 1
+        left, i = parse(i + 1)
+        right, i = parse(i + 1)  # skip the operator
+        pairs.append((left, right))
+        return 1 + max(left, right), i + 1
+
+    assert parse(0)[1] == len(text)
+    return pairs
+
+
+@pytest.mark.parametrize("side", ["right", "random"])
+def test_arithmetic_deeper_operand_sits_right_as_in_the_thesis_code(side):
+    task = _task("arithmetic", train_size=600, deep_operand=side)
+    data = task.split("ood_test")
+    deeper_left = 0
+    for i in range(len(data)):
+        text = "".join(task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1]))
+        pairs = _operand_depths(text)
+        root_left, root_right = pairs[-1]
+        deeper_left += root_left > root_right
+        if side == "right":  # the deeper operand is the right one
+            assert root_right == int(data.groups["depth"][i]) - 1
+    if side == "right":
+        assert deeper_left == 0
+    else:  # about half of the roots have the deeper operand on the left
+        assert 0.3 < deeper_left / len(data) < 0.7
+
+
 def test_listops_values_and_dependency_depth_on_hand_built_trees():
     leaf_list = ("MAX", (2, 4, 0, 8, 9))                       # = 9
     assert value(leaf_list) == 9 and dependency_depth(leaf_list) == 1

@@ -315,26 +315,33 @@ class NDRArithmetic(DepthExperiment):
     presets = {
         "quick": depth_task_preset(
             {"name": "arithmetic", "train_size": 2000, "train_depths": (1, 2),
-             "ood_valid_depths": (3, 3), "test_depths": (4, 4), "max_tokens": 20},
+             "ood_valid_depths": (3, 3), "test_depths": (4, 4), "max_tokens": 20,
+             "deep_operand": "right"},
             steps=30, gated_steps=30, lstm_steps=30, seeds=[0], d_model=16, n_heads=2,
             n_layers=3, gated_d_model=16, gated_heads=2, gated_layers=4, lstm_d_model=16,
             lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="last",
             gate_dropout=0.1),
-        # CPU proxy: depths 1-3 / 4 / 5, at most 25 tokens, d 64, 8-step gated models
+        # CPU proxy: depths 1-3 / 4 / 5, at most 25 tokens, d 64, 8-step gated models; the
+        # thesis code's right-nested expressions (deep_operand: right)
         "default": depth_task_preset(
             {"name": "arithmetic", "train_size": 50_000, "train_depths": (1, 3),
-             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 25},
+             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 25,
+             "deep_operand": "right"},
             steps=2000, gated_steps=2000, lstm_steps=2000, seeds=[0], d_model=64, n_heads=4,
             n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=8, lstm_d_model=128,
             lstm_layers=2, batch=128, lr=1e-3, gated_lr=1e-3, eval_every=250, readout="last",
             gate_dropout=0.1, eval_max_examples=500),
-        # thesis Table D.4 (baselines 200k steps, gated models 100k)
+        # thesis Table D.4 (baselines 200k steps, gated models 100k) and the thesis code's
+        # sweeps (sweeps/transformer_control_flow/simple_arithmetics_*.yaml): dropout 0.5,
+        # attention dropout 0.1, the gate-less transformers read the first column (the
+        # code's default), the gated ones the last; right-nested expressions
         "paper": depth_task_preset(
-            {"name": "arithmetic", "train_size": 100_000},
+            {"name": "arithmetic", "train_size": 100_000, "deep_operand": "right"},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=128, n_heads=4, n_layers=11, gated_d_model=256, gated_heads=4,
             gated_layers=15, lstm_d_model=200, lstm_layers=2, batch=512, lr=1.5e-4,
-            gated_lr=1.5e-4, eval_every=1000, readout="last", gate_dropout=0.1, quiet=False),
+            gated_lr=1.5e-4, eval_every=1000, readout="last", baseline_readout="first",
+            gate_dropout=0.1, dropout=0.5, quiet=False),
     }
 
 

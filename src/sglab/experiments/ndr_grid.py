@@ -172,15 +172,20 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                       gated_heads: int, gated_layers: int, lstm_d_model: int, lstm_layers: int,
                       batch: int, lr: float, gated_lr: float, eval_every: int, readout: str,
                       gate_dropout: float, eval_steps: int | None = None,
-                      eval_max_examples: int | None = None, quiet: bool = True) -> dict[str, Any]:
-    """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes)."""
+                      eval_max_examples: int | None = None, dropout: float = 0.1,
+                      baseline_readout: str | None = None, quiet: bool = True) -> dict[str, Any]:
+    """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: every
+    transformer's (attention dropout 0.1); ``baseline_readout``: the gate-less
+    transformers' readout column where it differs from the gated models' ``readout``."""
     models = transformer_variants(
-        d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model, dropout=0.1,
+        d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=gated_layers,
-        gated_d_ff=4 * gated_d_model, gated_dropout=0.1, attention_dropout=0.1,
+        gated_d_ff=4 * gated_d_model, gated_dropout=dropout, attention_dropout=0.1,
         gate_dropout=gate_dropout, readout=readout)
     variants = {key: {"model": spec} for key, spec in models.items()
                 if key not in ("rel_gate", "geom")}  # rows of Tables 5.3 / 5.4
+    for key in ("transformer", "rel"):
+        variants[key]["model"]["readout"] = baseline_readout or readout
     for key in ("abs_rel_gate", "ndr"):
         variants[key]["train"] = {"steps": gated_steps, "lr": gated_lr, "weight_decay": 0.01}
         if eval_steps:

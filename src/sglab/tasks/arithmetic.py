@@ -4,12 +4,17 @@ Fully bracketed binary ``+`` and ``*`` modulo 10 over the digits 0-9, one token 
 character: ``((4*7)+2)`` -> ``0``. The depth of an expression is the number of
 operations on its deepest root-to-leaf path (``((4*7)+2)`` has depth 2). A sample
 of depth K is built top-down: the root operation gets one operand of depth K-1 (on
-a random side) and one that becomes a further operation with probability
-``subtree_probability`` at each level, else a digit; samples longer than
-``max_tokens`` are rejected. Splits by depth, each balanced over its depths: train
-1-5, ``ood_valid`` 6 (model selection), ``ood_test`` 7-8; ``iid_valid`` holds held-out
-expressions of training depths 2-5 (all 200 depth-1 expressions stay available to
-training).
+a random side, or on the right with ``deep_operand: right``) and one that becomes a
+further operation with probability ``subtree_probability`` at each level, else a
+digit, its own operands on random sides; samples longer than ``max_tokens`` are
+rejected. The thesis code builds its expressions the same way and always puts the
+deeper operand on the right (``dataset/simple_arithmetic.py``, ``get_one``: the
+swap condition ``rand() < 0`` never holds), so its expressions are right-nested
+chains ``(4*(7+(2*...)))`` with small side branches; ``random`` mixes left- and
+right-nested chains, a harder task than the thesis's. Splits by depth, each balanced
+over its depths: train 1-5, ``ood_valid`` 6 (model selection), ``ood_test`` 7-8;
+``iid_valid`` holds held-out expressions of training depths 2-5 (all 200 depth-1
+expressions stay available to training).
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ class ArithmeticConfig(TaskConfig):
     subtree_probability: float = Field(
         0.2, ge=0, le=1, description="Chance that the shallow operand is an operation, per level.")
     max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
+    deep_operand: Literal["random", "right"] = Field(
+        "random", description="Side of the deeper operand of each operation on the deepest "
+                              "path: a random side, or right (the thesis code's data).")
     boundary_tokens: bool = True
 
     @model_validator(mode="after")
@@ -57,17 +65,22 @@ class ArithmeticConfig(TaskConfig):
         return ["iid_valid", "ood_valid", "ood_test"]
 
 
-def generate(depth: int, rng: np.random.Generator, p_subtree: float) -> tuple[str, int]:
-    """(expression text, value mod 10) of an expression of exactly ``depth`` operations deep."""
+def generate(depth: int, rng: np.random.Generator, p_subtree: float,
+             deep_right: bool = False) -> tuple[str, int]:
+    """(expression text, value mod 10) of an expression of exactly ``depth`` operations deep.
+
+    ``deep_right``: the deeper operand of every operation on the deepest path is the right
+    one (the shallow operands' own operands stay on random sides)."""
     if depth == 0:
         digit = int(rng.integers(10))
         return str(digit), digit
-    deep = generate(depth - 1, rng, p_subtree)
+    deep = generate(depth - 1, rng, p_subtree, deep_right)
     other_depth = 0
     while other_depth < depth - 1 and rng.random() < p_subtree:
         other_depth += 1
     other = generate(other_depth, rng, p_subtree)
-    left, right = (deep, other) if rng.random() < 0.5 else (other, deep)
+    deep_first = not deep_right and rng.random() < 0.5
+    left, right = (deep, other) if deep_first else (other, deep)
     op = "+" if rng.random() < 0.5 else "*"
     value = (left[1] + right[1]) % 10 if op == "+" else (left[1] * right[1]) % 10
     return f"({left[0]}{op}{right[0]})", value
@@ -115,7 +128,8 @@ class ArithmeticTask(SequenceClassificationTask):
             got, tries = 0, 0
             while got < want and tries < 50 * want + 1000:
                 tries += 1
-                text, value = generate(depth, rng, cfg.subtree_probability)
+                text, value = generate(depth, rng, cfg.subtree_probability,
+                                       deep_right=cfg.deep_operand == "right")
                 if len(text) > cfg.max_tokens or text in seen:
                     continue
                 if distinct:
