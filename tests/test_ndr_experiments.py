@@ -100,6 +100,25 @@ def test_depth_experiments_build_valid_grids(name):
         assert all(c.train.target_metric == "ood_valid/exact_match" for c in configs)
 
 
+def test_arithmetic_paper_grid_follows_the_thesis_code():
+    """Right-nested expressions; the gate-less transformers read the first column, the gated
+    ones the last; dropout 0.5 on every transformer (simple_arithmetics_*.yaml)."""
+    experiment = registry.experiment("ndr-arithmetic")
+    params = experiment.preset("paper")
+    runs = {arm.labels["variant"]: config for arm, config
+            in zip(experiment.arms(params), experiment.configs(params, []))}
+    assert {c.task.deep_operand for c in runs.values()} == {"right"}
+    assert {k: runs[k].model.readout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {
+        "transformer": "first", "rel": "first", "abs_rel_gate": "last", "ndr": "last"}
+    assert {runs[k].model.dropout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {0.5}
+    listops = registry.experiment("ndr-listops")
+    params = listops.preset("paper")
+    runs = {arm.labels["variant"]: config for arm, config
+            in zip(listops.arms(params), listops.configs(params, []))}
+    assert runs["ndr"].model.d_ff == 2 * runs["ndr"].model.d_model
+    assert (runs["ndr"].train.weight_decay, runs["rel"].train.weight_decay) == (0.09, 0.05)
+
+
 def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     experiment = registry.experiment("ndr-ctl")
     params = experiment.preset("default")

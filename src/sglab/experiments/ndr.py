@@ -376,13 +376,18 @@ class NDRListOps(DepthExperiment):
             n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=10, lstm_d_model=128,
             lstm_layers=2, batch=128, lr=1e-3, gated_lr=1e-3, eval_every=250, readout="first",
             gate_dropout=0.05, eval_steps=12),
-        # thesis Table D.5 (gated: 20 steps, 24 at test; baselines 200k steps)
+        # thesis Table D.5 (gated: 20 steps, 24 at test; baselines 200k steps) and the thesis
+        # code's sweeps (sweeps/transformer_control_flow/listops_big_*.yaml): gated models'
+        # data FFN 2 d wide, weight decay 0.09; baselines dropout 0.015, weight decay 0.05;
+        # LSTMs weight decay 0.08
         "paper": depth_task_preset(
             {"name": "listops", "train_size": 1_000_000},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=256, n_heads=16, n_layers=6, gated_d_model=512, gated_heads=16,
             gated_layers=20, lstm_d_model=512, lstm_layers=4, batch=512, lr=4e-4, gated_lr=2e-4,
-            eval_every=1000, readout="first", gate_dropout=0.05, eval_steps=24, quiet=False),
+            eval_every=1000, readout="first", gate_dropout=0.05, eval_steps=24,
+            baseline_dropout=0.015, gated_ff_multiplier=2, weight_decay=0.05,
+            gated_weight_decay=0.09, lstm_weight_decay=0.08, quiet=False),
     }
 
 registry.register_experiment(NDRArithmetic())

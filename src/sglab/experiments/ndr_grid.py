@@ -173,30 +173,36 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                       batch: int, lr: float, gated_lr: float, eval_every: int, readout: str,
                       gate_dropout: float, eval_steps: int | None = None,
                       eval_max_examples: int | None = None, dropout: float = 0.1,
-                      baseline_readout: str | None = None, quiet: bool = True) -> dict[str, Any]:
-    """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: every
-    transformer's (attention dropout 0.1); ``baseline_readout``: the gate-less
-    transformers' readout column where it differs from the gated models' ``readout``."""
+                      baseline_dropout: float | None = None, baseline_readout: str | None = None,
+                      gated_ff_multiplier: int = 4, weight_decay: float = 0.0025,
+                      gated_weight_decay: float = 0.01, lstm_weight_decay: float = 0.0,
+                      quiet: bool = True) -> dict[str, Any]:
+    """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: the
+    gated transformers' (and the others' unless ``baseline_dropout``); attention dropout
+    0.1; ``baseline_readout``: the gate-less transformers' readout column where it differs
+    from the gated models' ``readout``; ``weight_decay``: the gate-less transformers'."""
     models = transformer_variants(
-        d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model, dropout=dropout,
+        d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model,
+        dropout=dropout if baseline_dropout is None else baseline_dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=gated_layers,
-        gated_d_ff=4 * gated_d_model, gated_dropout=dropout, attention_dropout=0.1,
-        gate_dropout=gate_dropout, readout=readout)
+        gated_d_ff=gated_ff_multiplier * gated_d_model, gated_dropout=dropout,
+        attention_dropout=0.1, gate_dropout=gate_dropout, readout=readout)
     variants = {key: {"model": spec} for key, spec in models.items()
                 if key not in ("rel_gate", "geom")}  # rows of Tables 5.3 / 5.4
     for key in ("transformer", "rel"):
         variants[key]["model"]["readout"] = baseline_readout or readout
     for key in ("abs_rel_gate", "ndr"):
-        variants[key]["train"] = {"steps": gated_steps, "lr": gated_lr, "weight_decay": 0.01}
+        variants[key]["train"] = {"steps": gated_steps, "lr": gated_lr,
+                                  "weight_decay": gated_weight_decay}
         if eval_steps:
             variants[key]["model"]["eval_steps"] = eval_steps
     for key, spec in lstm_variants(lstm_d_model, lstm_layers, dropout=0.1).items():
         variants[key] = {"model": spec, "train": {"steps": lstm_steps, "lr": 1e-3,
-                                                  "weight_decay": 0.0},
+                                                  "weight_decay": lstm_weight_decay},
                          "extra": {"task": {"boundary_tokens": False}}}
     return {
         "task": task,
-        "train": train_section(steps, batch, lr, 0.0025, 1.0, eval_every, threads=1,
+        "train": train_section(steps, batch, lr, weight_decay, 1.0, eval_every, threads=1,
                                eval_max_examples=eval_max_examples),
         "variants": variants, "conditions": {"all": {}}, "seeds": seeds, "n_classes": 10,
         "quiet": quiet,
