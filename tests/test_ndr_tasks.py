@@ -170,6 +170,16 @@ def test_arithmetic_deeper_operand_sits_right_as_in_the_thesis_code(side):
         assert 0.3 < deeper_left / len(data) < 0.7
 
 
+def test_an_unknown_deep_operand_side_is_a_clear_error(tmp_path, capsys):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--task", "arithmetic", "--model", "lstm", "--set",
+                 "task.deep_operand=left", "--runs-dir", str(runs)]) == 2
+    assert "deep_operand" in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_listops_values_and_dependency_depth_on_hand_built_trees():
     leaf_list = ("MAX", (2, 4, 0, 8, 9))                       # = 9
     assert value(leaf_list) == 9 and dependency_depth(leaf_list) == 1
