@@ -201,3 +201,34 @@ def test_arms_label_every_run_and_grid_axes_reject_overrides():
     ctl = registry.experiment("ndr-ctl")
     with pytest.raises(SglabError, match="'task.direction' is a grid axis"):
         ctl.configs(ctl.preset("quick"), ["task.direction=forward"])
+
+
+def test_deeper_split_claims_rank_the_baselines_the_issue_names():
+    """Arithmetic ranks the NDR against the transformers only (the LSTMs are reported beside
+    the claim); ListOps against every baseline with a 0.1 lead (Table 5.4)."""
+    test = {"ndr": 0.40, "transformer": 0.30, "rel": 0.35, "abs_rel_gate": 0.33,
+            "lstm": 0.50, "bilstm": 0.55}
+    arithmetic = registry.experiment("ndr-arithmetic").deeper_split_claim(test)
+    assert arithmetic.passed is True
+    assert "best ranked baseline: + rel;" in arithmetic.evidence
+    assert "not ranked by this claim: LSTM 0.500, BiLSTM 0.550" in arithmetic.evidence
+    close = registry.experiment("ndr-arithmetic").deeper_split_claim({**test, "rel": 0.39})
+    assert close.passed is False  # within the 0.02 margin
+    listops = registry.experiment("ndr-listops")
+    assert listops.deeper_split_claim(test).passed is False  # the LSTMs count here
+    ahead = {**test, "ndr": 0.66}
+    assert listops.deeper_split_claim(ahead).passed is True
+    assert listops.deeper_split_claim({**ahead, "ndr": 0.64}).passed is False
+
+
+def test_arithmetic_default_gives_every_model_the_same_examples():
+    """Gated models 4k steps of 64, the others 2k of 128; the NDR with the App. E FFN."""
+    experiment = registry.experiment("ndr-arithmetic")
+    params = experiment.preset("default")
+    runs = {arm.labels["variant"]: config for arm, config
+            in zip(experiment.arms(params), experiment.configs(params, []))}
+    examples = {k: c.train.steps * c.train.batch_size for k, c in runs.items()}
+    assert set(examples.values()) == {256_000}
+    assert runs["ndr"].model.copy_gate_ffn == "gelu_residual"
+    assert runs["abs_rel_gate"].model.copy_gate_ffn == "relu"
+    assert runs["ndr"].train.batch_size == 64 and runs["rel"].train.batch_size == 128

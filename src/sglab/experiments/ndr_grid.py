@@ -176,11 +176,14 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                       baseline_dropout: float | None = None, baseline_readout: str | None = None,
                       gated_ff_multiplier: int = 4, weight_decay: float = 0.0025,
                       gated_weight_decay: float = 0.01, lstm_weight_decay: float = 0.0,
+                      gated_batch: int | None = None, ndr_model: dict[str, Any] | None = None,
                       quiet: bool = True) -> dict[str, Any]:
     """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: the
     gated transformers' (and the others' unless ``baseline_dropout``); attention dropout
     0.1; ``baseline_readout``: the gate-less transformers' readout column where it differs
-    from the gated models' ``readout``; ``weight_decay``: the gate-less transformers'."""
+    from the gated models' ``readout``; ``weight_decay``: the gate-less transformers';
+    ``gated_batch``: the gated transformers' batch size where it differs from ``batch``;
+    ``ndr_model``: model fields of the NDR alone (e.g. its FFN, as ``ctl_preset``'s)."""
     models = transformer_variants(
         d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model,
         dropout=dropout if baseline_dropout is None else baseline_dropout,
@@ -191,9 +194,11 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                 if key not in ("rel_gate", "geom")}  # rows of Tables 5.3 / 5.4
     for key in ("transformer", "rel"):
         variants[key]["model"]["readout"] = baseline_readout or readout
+    variants["ndr"]["model"].update(ndr_model or {})
     for key in ("abs_rel_gate", "ndr"):
         variants[key]["train"] = {"steps": gated_steps, "lr": gated_lr,
-                                  "weight_decay": gated_weight_decay}
+                                  "weight_decay": gated_weight_decay,
+                                  **({"batch_size": gated_batch} if gated_batch else {})}
         if eval_steps:
             variants[key]["model"]["eval_steps"] = eval_steps
     for key, spec in lstm_variants(lstm_d_model, lstm_layers, dropout=0.1).items():
