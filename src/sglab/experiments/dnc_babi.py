@@ -157,7 +157,7 @@ class DNCBabi(Experiment):
                                     valid_every=2)},
         # a small DNC on all 20 tasks; sized from benchmarks/dnc_babi_step.py (README)
         "default": {"seeds": [0, 1], "variants": ["DNC", "DNC-MD", "DNC-MDS"], "mask_min": 0.1,
-                    "base": babi_base(list(TASK_NAMES), 32, 16, 2, 64, 32, 600, 8, 200, 200,
+                    "base": babi_base(list(TASK_NAMES), 32, 16, 2, 64, 32, 600, 2, 200, 200,
                                       lr=1e-3)},
         # App. A.2: LSTM 256, 256 x 64 memory, 4 read heads, E = 256, batch 2, 0.5M
         # iterations; lr 1e-4 (the authors' code). The thesis does not state its number of
