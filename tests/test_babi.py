@@ -90,3 +90,14 @@ def test_evaluation_splits_take_the_tasks_in_turn(data_dir):
     model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
     metrics = task.evaluate(model, "iid_test", batch_size=2, max_examples=2)
     assert {"iid_test/error/task=1", "iid_test/error/task=8"} <= set(metrics)
+
+
+def test_evaluation_does_not_depend_on_batching(data_dir):
+    # stories are batched by length; padding and order must not change any score
+    task = build_task(config(data_dir).task)
+    model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
+    one = task.evaluate(model, "iid_test", batch_size=1)
+    every = task.evaluate(model, "iid_test", batch_size=3)
+    assert one.keys() == every.keys()
+    for key in one:
+        assert every[key] == pytest.approx(one[key], rel=1e-5), key
