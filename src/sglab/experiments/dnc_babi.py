@@ -171,11 +171,10 @@ class DNCBabi(Experiment):
     def arms(self, params):
         return dnc_arms(params)
 
-    def settings(self, params, overrides):
-        """Checks the data files of the (overridden) task before anything is written."""
-        task = self.arms(params)[0].config(overrides).task
-        require_files(task.data_dir, task.tasks)
-        return params, list(overrides)
+    def check_data(self, configs):
+        for data_dir, tasks in dict.fromkeys((c.task.data_dir, tuple(c.task.tasks))
+                                             for c in configs):
+            require_files(data_dir, list(tasks))
 
     def analyze(self, params, runs: RunSet, out_dir: Path) -> dict[str, Any]:
         variants = params["variants"]
