@@ -25,7 +25,7 @@ def data_dir(tmp_path):  # loading writes SHA256SUMS beside the files: use a cop
 def test_quick_preset_end_to_end_reports_error_per_task(data_dir, tmp_path):
     experiment = registry.experiment("dnc-babi")
     results = run_experiment(experiment, "quick", tmp_path / "out", tmp_path / "runs",
-                             workers=1, overrides=[f"task.data_dir={data_dir}"],
+                             workers=1, overrides=[f"task.data_dir={data_dir}", "train.steps=4"],
                              printer=lambda _: None)
     params = experiment.presets["quick"]
     assert len(results["runs"]) == len(params["variants"]) * len(params["seeds"])
@@ -34,6 +34,7 @@ def test_quick_preset_end_to_end_reports_error_per_task(data_dir, tmp_path):
     # below paper nothing is judged, but the measured values and the paper rule are shown
     assert all(c["passed"] is None for c in claims.values())
     assert "DNC-MD mean error" in claims["md-lowers-mean-error"]["evidence"]
+    assert claims["md-lowers-mean-error"]["evidence"].startswith("not measurable: 4 iterations")
     assert "at paper: pass if DNC-MD mean error < DNC mean error" in \
         claims["md-lowers-mean-error"]["evidence"]
     assert "needs DNC, DNC-MD and DNC-MDS" in claims["sharpness-costs-a-little"]["evidence"]
@@ -67,13 +68,14 @@ def test_missing_data_exits_2_naming_the_files_before_anything_is_written(tmp_pa
 
 
 def test_claims_are_judged_only_where_the_preset_says_so():
+    assert [name for name, params in registry.experiment("dnc-babi").presets.items()
+            if params.get("judge_claims")] == ["paper"]
     rules = [less_than("DNC-MD mean error", "DNC mean error")]
     better = {"DNC-MD mean error": 9.5, "DNC mean error": 16.9}
     worse = {"DNC-MD mean error": 20.0, "DNC mean error": 16.9}
-    paper = {"judge_claims": True, "base": {"train": {"steps": 500_000}}}
-    assert judged("c", "s", better, rules, paper, "ctx").passed is True
-    assert judged("c", "s", worse, rules, paper, "ctx").passed is False
-    small = judged("c", "s", better, rules, {"base": {"train": {"steps": 600}}}, "ctx")
+    assert judged("c", "s", better, rules, True, 500_000, "ctx").passed is True
+    assert judged("c", "s", worse, rules, True, 500_000, "ctx").passed is False
+    small = judged("c", "s", better, rules, False, 600, "ctx")
     assert small.passed is None
     assert "600 iterations" in small.evidence and "DNC-MD mean error 9.5" in small.evidence
 

@@ -129,12 +129,12 @@ def error_table(runs: RunSet, variants: list[str], tasks: list[int]) -> dict[str
             "rows": rows}
 
 
-def judged(id: str, statement: str, values: dict[str, Any], rules: list[Rule],
-           params: dict[str, Any], context: str) -> Claim:
-    """The claim at ``paper``; below it passed null with the measured values and the rule."""
-    if params.get("judge_claims"):
+def judged(id: str, statement: str, values: dict[str, Any], rules: list[Rule], judge: bool,
+           steps: int, context: str) -> Claim:
+    """The claim at ``paper`` (``judge``); below it passed null with the measured values and
+    the rule ``paper`` applies."""
+    if judge:
         return claim(id, statement, values, rules, context=context)
-    steps = params["base"]["train"]["steps"]
     measured = ", ".join(f"{name} {format_value(value)}" for name, value in values.items())
     return not_measurable(id, statement, (
         f"{steps} iterations of a small DNC cannot reach the regime of Table 2.1 (0.5M "
@@ -182,7 +182,9 @@ class DNCBabi(Experiment):
 
     def analyze(self, params, runs: RunSet, out_dir: Path) -> dict[str, Any]:
         variants = params["variants"]
-        tasks = runs[0].config.task.tasks
+        config = runs[0].config  # the preset's sizes with the user's overrides
+        tasks = config.task.tasks
+        judge, steps = bool(params.get("judge_claims")), config.train.steps
         means = {v: [mean_error(r, tasks) for r in runs.where(variant=v)] for v in variants}
         average = {v: statistics.mean(m) for v, m in means.items() if m}
         context = (f"mean test error [%] over {len(tasks)} task(s), mean over seeds")
@@ -197,7 +199,7 @@ class DNCBabi(Experiment):
             claims.append(judged("md-lowers-mean-error", statement, values,
                                  [less_than("DNC-MD mean error", "DNC mean error"),
                                   less_than("DNC-MD mean error", "Graves et al. mean error")],
-                                 params, context + " (Graves et al.: the thesis' value)"))
+                                 judge, steps, context + " (Graves et al.: the thesis' value)"))
         else:
             claims.append(not_measurable("md-lowers-mean-error", statement,
                                          "the preset needs DNC and DNC-MD"))
@@ -208,7 +210,7 @@ class DNCBabi(Experiment):
             claims.append(judged("sharpness-costs-a-little", statement, values,
                                  [greater_than("DNC-MDS mean error", "DNC-MD mean error"),
                                   less_than("DNC-MDS mean error", "DNC mean error")],
-                                 params, context))
+                                 judge, steps, context))
         else:
             claims.append(not_measurable("sharpness-costs-a-little", statement,
                                          "the preset needs DNC, DNC-MD and DNC-MDS"))
@@ -217,21 +219,20 @@ class DNCBabi(Experiment):
                          f"{TEST}/exact_match", "test error [%] (answer words)",
                          "Thesis Fig. 2.5: test error during training, mean over seeds, shaded "
                          "± 2 standard deviations. Intermediate points score the first "
-                         f"{params['base']['train']['eval_max_examples'] or 'all'} test stories "
+                         f"{config.train.eval_max_examples or 'all'} test stories "
                          "(the tasks in turn); the last point the whole test set.",
                          panel_title=self.title, transform=lambda v: 100 * (1 - v)),
             loss_figure(runs, variants, out_dir, self.title,
                         ylabel="cross-entropy per answer word",
-                        caption=f"One training story in {params['base']['task']['valid_every']} "
+                        caption=f"One training story in {config.task.valid_every} "
                                 "is held out of training to validate."),
         ]
-        train = params["base"]["train"]
-        model = params["base"]["model"]
-        text = (f"{train['steps']} iterations of batch {train['batch_size']} on the "
-                f"{len(tasks)} task(s) jointly, RMSProp lr {train['lr']}; DNC with "
-                f"{model['memory_cells']} x {model['cell_width']} memory, "
-                f"{model['read_heads']} read head(s), LSTM {model['controller_size']}, "
-                f"embedding {model['embedding_size']}; {len(params['seeds'])} seed(s) per "
+        train, model = config.train, config.model
+        text = (f"{train.steps} iterations of batch {train.batch_size} on the "
+                f"{len(tasks)} task(s) jointly, RMSProp lr {train.lr}; DNC with "
+                f"{model.memory_cells} x {model.cell_width} memory, "
+                f"{model.read_heads} read head(s), LSTM {model.controller_size}, "
+                f"embedding {model.embedding_size}; {len(params['seeds'])} seed(s) per "
                 f"variant. Mean error per variant (seeds): "
                 + "; ".join(f"{v} {format_mean_std(means[v], 1)}" for v in variants)
                 + f". A task is solved below {SOLVED_BELOW:g}% error.")
