@@ -12,7 +12,15 @@ from sglab import registry
 from sglab.cli import main
 from sglab.experiments import run_experiment
 from sglab.experiments.claims import less_than
-from sglab.experiments.dnc_babi import THESIS_MEAN, THESIS_TABLE, judged
+from sglab.experiments.dnc_babi import (
+    THESIS_MEAN,
+    THESIS_TABLE,
+    error_table,
+    judged,
+    mean_error,
+    solved,
+)
+from sglab.experiments.runs import FinishedRun, RunSet
 
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "babi"
 
@@ -103,3 +111,26 @@ def test_transcribed_table_matches_its_mean_row():
             assert mean - THESIS_MEAN[name][0] == pytest.approx(0.6, abs=0.05)
         else:
             assert mean == pytest.approx(THESIS_MEAN[name][0], abs=0.05)
+
+
+def test_error_table_averages_task_errors_per_run_then_over_seeds(tmp_path):
+    experiment = registry.experiment("dnc-babi")
+    arm = experiment.arms(experiment.presets["quick"])[0]
+    config = arm.config()  # tasks 1 and 8
+    errors = {("DNC", 0): (0.50, 0.10), ("DNC", 1): (0.30, 0.02),
+              ("DNC-MD", 0): (0.04, 0.0), ("DNC-MD", 1): (0.06, 0.20)}
+    runs = RunSet(FinishedRun({"variant": variant}, config,
+                              {"run_id": f"{variant}-{seed}",
+                               "final": {"iid_test/error/task=1": e1, "iid_test/error/task=8": e8}},
+                              tmp_path / f"{variant}-{seed}")
+                  for (variant, seed), (e1, e8) in errors.items())
+    table = error_table(runs, ["DNC", "DNC-MD"], [1, 8])
+    rows = {row[0]: row[1:3] for row in table["rows"]}
+    assert rows["1 single-supporting-fact"] == ["40.0 ± 14.1", "5.0 ± 1.4"]
+    assert rows["8 lists-sets"] == ["6.0 ± 5.7", "10.0 ± 14.1"]
+    # mean over tasks per run (DNC 30, 16; DNC-MD 2, 13), then mean ± std over seeds
+    assert rows["mean"] == ["23.0 ± 9.9", "7.5 ± 7.8"]
+    # solved (< 5%) per run: DNC 0 and 1 (task 8 at 2%), DNC-MD 2 (4% and 0%) and 0
+    assert rows["solved (< 5%)"] == ["0.5 ± 0.7", "1.0 ± 1.4"]
+    assert [mean_error(r, [1, 8]) for r in runs] == pytest.approx([30, 16, 2, 13])
+    assert [solved(r, [1, 8]) for r in runs] == [0, 1, 2, 0]

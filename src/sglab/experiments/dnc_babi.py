@@ -155,9 +155,9 @@ class DNCBabi(Experiment):
         "quick": {"seeds": [0], "quiet": True, "variants": ["DNC", "DNC-MD"], "mask_min": 0.1,
                   "base": babi_base([1, 8], 6, 4, 2, 8, 8, 6, 2, 3, None, lr=1e-3,
                                     valid_every=2)},
-        # a small DNC on all 20 tasks, sized from benchmarks/dnc_babi_step.py (README): 10-20
-        # ms per word of the longest story at batch 2 on one loaded thread, so 200 iterations
-        # of 3 ensembles of 2 seeds take 18-36 min of 2 loaded cores (half on idle ones); lr
+        # a small DNC on all 20 tasks, sized from benchmarks/dnc_babi_step.py and a Trainer
+        # run (README): 6-20 ms per word of the longest story at batch 2 on one loaded thread,
+        # so 200 iterations of 3 ensembles of 2 seeds take ~10-36 min of 2 loaded cores; lr
         # 1e-3 as in the other DNC defaults; one training story in 50 validates, intermediate
         # evaluations score 100 stories per split
         "default": {"seeds": [0, 1], "variants": ["DNC", "DNC-MD", "DNC-MDS"], "mask_min": 0.1,
@@ -243,4 +243,5 @@ class DNCBabi(Experiment):
 
 registry.register_experiment(DNCBabi())
 
-__all__ = ["DNCBabi", "THESIS_MEAN", "THESIS_TABLE", "mean_error", "solved", "task_errors"]
+__all__ = ["DNCBabi", "THESIS_MEAN", "THESIS_TABLE", "babi_base", "error_table", "judged",
+           "mean_error", "solved", "task_errors"]
