@@ -9,6 +9,7 @@ import torch
 
 from sglab.config import build_run_config
 from sglab.errors import SglabError
+from sglab.models import build_model
 from sglab.tasks import build_task
 from sglab.tasks.base import IGNORE, target_loss
 from sglab.train.loop import Trainer
@@ -78,3 +79,25 @@ def test_missing_files_are_named(tmp_path):
     empty.mkdir()
     with pytest.raises(SglabError, match="qa1_single-supporting-fact_train.txt"):
         build_task(config(empty).task)
+
+
+def test_evaluation_splits_take_the_tasks_in_turn(data_dir):
+    task = build_task(config(data_dir).task)
+    test = task.splits["iid_test"]
+    assert test.task[:2].tolist() == [1, 8]  # the files are read task by task
+    assert task.splits["train"].task[0] == 1 and task.splits["train"].task[-1] == 8
+    # a prefix of the test split (train.eval_max_examples) scores every task
+    model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
+    metrics = task.evaluate(model, "iid_test", batch_size=2, max_examples=2)
+    assert {"iid_test/error/task=1", "iid_test/error/task=8"} <= set(metrics)
+
+
+def test_evaluation_does_not_depend_on_batching(data_dir):
+    # stories are batched by length; padding and order must not change any score
+    task = build_task(config(data_dir).task)
+    model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
+    one = task.evaluate(model, "iid_test", batch_size=1)
+    every = task.evaluate(model, "iid_test", batch_size=3)
+    assert one.keys() == every.keys()
+    for key in one:
+        assert every[key] == pytest.approx(one[key], rel=1e-5), key

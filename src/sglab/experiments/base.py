@@ -66,6 +66,10 @@ class Experiment:
         here (validated) and leaves none."""
         return params, list(overrides)
 
+    def check_data(self, configs: list[RunConfig]) -> None:
+        """Raise SglabError if data the runs read is missing (e.g. a published data set's
+        files), before anything is trained or written. Default: nothing to check."""
+
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         """The finished runs -> {"claims": [...], "sections": [...]}."""
         raise NotImplementedError
@@ -96,6 +100,7 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     for stage in experiment.stages(params):
         stage_arms = stage(finished_runs(arms, configs, summaries, runs_dir))
         stage_configs = build_arm_configs(experiment.name, stage_arms, overrides)
+        experiment.check_data(stage_configs)
         stage_summaries = run_configs(stage_configs, runs_dir, workers=workers, threads=threads,
                                       tag=f"{experiment.name}/{preset}",
                                       quiet=params.get("quiet", False), printer=printer,

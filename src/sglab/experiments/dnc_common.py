@@ -8,6 +8,7 @@ matrix, the embeddings of token models included; gradient-norm clip 10), constan
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,20 +86,31 @@ def results_table(runs: RunSet, variants: list[str]) -> dict[str, Any]:
     return table
 
 
-def loss_figure(runs: RunSet, variants: list[str], out_dir: Path, title: str) -> dict[str, str]:
-    """Validation loss, mean ± 2σ over seeds per variant (thesis Figs. 2.2a, 2.3b)."""
-    panel = Panel(title)
+def curve_figure(runs: RunSet, variants: list[str], out_dir: Path, name: str, title: str,
+                 metric: str, ylabel: str, caption: str, panel_title: str = "",
+                 transform: Callable[[float], float] | None = None) -> dict[str, str]:
+    """One evaluation metric over training, mean ± 2σ over seeds per variant (thesis
+    Figs. 2.2a, 2.3b, 2.5); ``transform`` maps each logged value (e.g. accuracy -> error)."""
+    panel = Panel(panel_title or title)
     for i, variant in enumerate(variants):
-        curves = [r.curve(f"{SPLIT}/loss") for r in runs.where(variant=variant)]
+        curves = [r.curve(metric) for r in runs.where(variant=variant)]
+        if transform is not None:
+            curves = [(x, [transform(v) for v in y]) for x, y in curves]
         if curves:
             line, band = mean_band(curves, variant, i)
             panel.lines.append(line)
             panel.bands.append(band)
-    return learning_curves(out_dir, "loss", [panel], title="validation loss",
-                           ylabel="loss per sequence (BCE summed over bits and steps)",
-                           caption="Validation loss during training: mean over seeds, shaded "
-                                   "± 2 standard deviations. The training loss is not logged "
-                                   "per evaluation; the fixed validation set stands in for it.")
+    return learning_curves(out_dir, name, [panel], title=title, ylabel=ylabel, caption=caption)
+
+
+def loss_figure(runs: RunSet, variants: list[str], out_dir: Path, title: str,
+                ylabel: str = "loss per sequence (BCE summed over bits and steps)",
+                caption: str = "The training loss is not logged per evaluation; the fixed "
+                               "validation set stands in for it.") -> dict[str, str]:
+    """Validation loss, mean ± 2σ over seeds per variant (thesis Figs. 2.2a, 2.3b)."""
+    return curve_figure(runs, variants, out_dir, "loss", "validation loss", f"{SPLIT}/loss",
+                        ylabel, "Validation loss during training: mean over seeds, shaded ± 2 "
+                        "standard deviations. " + caption, panel_title=title)
 
 
 def probe(run: FinishedRun, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
@@ -157,5 +169,5 @@ def constructed_state_claims(cells: int = 8, width: int = 6) -> list[Claim]:
     return [dealloc, sharp]
 
 
-__all__ = ["SPLIT", "constructed_state_claims", "dnc_arms", "dnc_base", "loss_area",
+__all__ = ["SPLIT", "constructed_state_claims", "curve_figure", "dnc_arms", "dnc_base", "loss_area",
            "loss_figure", "probe", "results_table", "state_heatmaps", "steps_to_loss"]

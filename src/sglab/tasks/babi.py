@@ -11,8 +11,10 @@ Each story is one sequence of lower-cased words ("." and "?" are tokens). After 
 are the answer words there and ``IGNORE`` everywhere else, so the loss is cross-entropy on
 answer words only. Answers with commas (tasks 8 and 19) become several words. Splits:
 ``train`` (train files less every ``valid_every``-th story), ``iid_valid`` (those stories),
-``iid_test`` (test files). Metrics: ``exact_match`` (fraction of answer words right),
-``error/task=N`` per task (wrong answer words / answer words; solved if < 5%), ``loss``.
+``iid_test`` (test files); the two evaluation splits take the tasks in turn (story 1 of
+every task, then story 2, ...), so ``train.eval_max_examples`` scores every task.
+Metrics: ``exact_match`` (fraction of answer words right), ``error/task=N`` per task (wrong
+answer words / answer words; solved if < 5%), ``loss``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,34 @@ NULL = Vocabulary.PAD  # id 0: padding, thinking steps and answer inputs
 def file_names(task: int) -> tuple[str, str]:
     stem = f"qa{task}_{TASK_NAMES[task]}"
     return f"{stem}_train.txt", f"{stem}_test.txt"
+
+
+def missing_files(data_dir: str | Path, tasks: list[int]) -> list[str]:
+    """The files of ``tasks`` that ``data_dir`` lacks (nothing is read or written)."""
+    return [name for task in tasks for name in file_names(task)
+            if not (Path(data_dir) / name).is_file()]
+
+
+def require_files(data_dir: str | Path, tasks: list[int]) -> None:
+    """An error naming every missing file and where to put it, before anything is built."""
+    missing = missing_files(data_dir, tasks)
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise SglabError(
+            f"task.data_dir {str(data_dir)!r} lacks {len(missing)} bAbI file(s): {shown}. Unpack "
+            f"tasks_1-20_v1-2.tar.gz (research.facebook.com/downloads/babi) and point "
+            f"task.data_dir at its en-10k directory (--set task.data_dir=PATH), which holds "
+            f"qa1_single-supporting-fact_train.txt ... qa20_agents-motivations_test.txt")
+
+
+def interleave(stories: list[tuple[int, list]]) -> list[tuple[int, list]]:
+    """(task, story) pairs reordered to take the tasks in turn: 1st story of every task, 2nd
+    of every task, ... (the order within a task kept)."""
+    by_task: dict[int, list] = {}
+    for task, story in stories:
+        by_task.setdefault(task, []).append((task, story))
+    rounds = max((len(v) for v in by_task.values()), default=0)
+    return [group[i] for i in range(rounds) for group in by_task.values() if i < len(group)]
 
 
 class BabiConfig(TaskConfig):
@@ -102,6 +132,7 @@ class BabiTask(Task):
 
     def __init__(self, config: BabiConfig):
         self.config = config
+        require_files(config.data_dir, config.tasks)
         files = tuple(name for t in config.tasks for name in file_names(t))
         directory = fetch(config.data_dir, Source(files, None, "the bAbI archive "
                           "tasks_1-20_v1-2.tar.gz (directory en-10k), research.facebook.com"
@@ -117,7 +148,8 @@ class BabiTask(Task):
                     for text, answer in story:
                         vocab_words.update(words(text) + (answer or []))
         self.vocab = Vocabulary([NULL, *sorted(vocab_words)])
-        self.splits = {name: self._encode(stories) for name, stories in encoded.items()}
+        self.splits = {name: self._encode(stories if name == "train" else interleave(stories))
+                       for name, stories in encoded.items()}
 
     def _encode(self, stories) -> BabiSplit:
         rows, targets = [], []
@@ -172,8 +204,12 @@ class BabiTask(Task):
         wrong = torch.zeros(21)
         total = torch.zeros(21)
         loss, count = 0.0, 0
+        # the first n stories (every task in turn), batched by length: the en-10k stories
+        # range from tens to hundreds of words, and the scores are sums, so the order only
+        # changes the padding
+        by_length = torch.argsort(data.lengths[:n], stable=True)
         for start in range(0, n, batch_size):
-            index = torch.arange(start, min(start + batch_size, n))
+            index = by_length[start: start + batch_size]
             batch = self._rows(data, index)
             logits = model(batch.input_ids.to(device)).float().cpu()
             scored = batch.targets != IGNORE
@@ -196,4 +232,5 @@ def make_babi(config: BabiConfig) -> BabiTask:
     return BabiTask(config)
 
 
-__all__ = ["BabiTask", "TASK_NAMES", "file_names", "read_stories", "words"]
+__all__ = ["BabiTask", "TASK_NAMES", "file_names", "interleave", "missing_files",
+           "read_stories", "require_files", "words"]
