@@ -32,7 +32,7 @@ from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
 from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary
-from sglab.tasks.published import Source, fetch
+from sglab.tasks.published import Source, fetch, missing_files
 
 TASK_NAMES = {
     1: "single-supporting-fact", 2: "two-supporting-facts", 3: "three-supporting-facts",
@@ -50,15 +50,9 @@ def file_names(task: int) -> tuple[str, str]:
     return f"{stem}_train.txt", f"{stem}_test.txt"
 
 
-def missing_files(data_dir: str | Path, tasks: list[int]) -> list[str]:
-    """The files of ``tasks`` that ``data_dir`` lacks (nothing is read or written)."""
-    return [name for task in tasks for name in file_names(task)
-            if not (Path(data_dir) / name).is_file()]
-
-
 def require_files(data_dir: str | Path, tasks: list[int]) -> None:
     """An error naming every missing file and where to put it, before anything is built."""
-    missing = missing_files(data_dir, tasks)
+    missing = missing_files(data_dir, [name for task in tasks for name in file_names(task)])
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise SglabError(
@@ -132,7 +126,6 @@ class BabiTask(Task):
 
     def __init__(self, config: BabiConfig):
         self.config = config
-        require_files(config.data_dir, config.tasks)
         files = tuple(name for t in config.tasks for name in file_names(t))
         directory = fetch(config.data_dir, Source(files, None, "the bAbI archive "
                           "tasks_1-20_v1-2.tar.gz (directory en-10k), research.facebook.com"
@@ -232,5 +225,5 @@ def make_babi(config: BabiConfig) -> BabiTask:
     return BabiTask(config)
 
 
-__all__ = ["BabiTask", "TASK_NAMES", "file_names", "interleave", "missing_files",
-           "read_stories", "require_files", "words"]
+__all__ = ["BabiTask", "TASK_NAMES", "file_names", "interleave", "read_stories",
+           "require_files", "words"]

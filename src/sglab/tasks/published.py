@@ -38,7 +38,7 @@ import hashlib
 import json
 import re
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -97,12 +97,17 @@ def _write_checksums(directory: Path, sums: dict[str, str]) -> None:
                       "".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items())))
 
 
+def missing_files(directory: str | Path, files: Sequence[str]) -> list[str]:
+    """The names in ``files`` that ``directory`` lacks (nothing is read or written)."""
+    return [name for name in files if not (Path(directory) / name).is_file()]
+
+
 def fetch(directory: str | Path, source: Source, download: bool = False,
           printer: Callable[[str], None] = print, verify_published: bool = True) -> Path:
     """Make sure every file of ``source`` is in ``directory``, is the published version
     (where ``source`` pins one) and matches SHA256SUMS."""
     directory = Path(directory)
-    missing = [f for f in source.files if not (directory / f).is_file()]
+    missing = missing_files(directory, source.files)
     if missing and download and source.url:
         for name in missing:
             _download(f"{source.url}/{name}", directory / name, source)
