@@ -94,6 +94,11 @@ class MaskedConfig(ModelConfig):
                              "belong to a frozen net")
         return self
 
+    def network_config(self, runs_dir: str | Path | None) -> ModelConfig:
+        """The model config of the ordinary run at the start of ``base_run``'s chain: the
+        net the masks compute with (a task checks that it fits, e.g. an encoder-decoder)."""
+        return root_run(runs_dir, self.base_run).config.model
+
     def check_train(self, train) -> None:
         if train.batch_size % self.mask_samples:
             raise ValueError(f"model.mask_samples={self.mask_samples} must divide "
@@ -363,6 +368,18 @@ class MaskedModel(nn.Module):
                                                    *input_ids.shape[1:]), slices)
         return out.reshape(batch, *out.shape[2:])
 
+    @torch.no_grad()
+    def generate(self, *args, **kwargs):
+        """The base model's ``generate`` (e.g. greedy decoding of an encoder-decoder) with
+        weights w * mask under the final masks, or those set with :meth:`use_masks`."""
+        if not callable(getattr(self.base, "generate", None)):
+            raise SglabError(f"the base run's model ({type(self.base).__name__}) has no "
+                             "generate; decode only masks on an encoder-decoder (seq2seq)")
+        masks = self.fixed or self.final_masks()
+        weights = self.base_weights()
+        masked = {f"net.{n}": weights[n] * masks[n] for n in masks}
+        return functional_call(_Generating(self.base), masked, args, kwargs)
+
     def forward(self, input_ids: torch.Tensor, **inputs) -> torch.Tensor:
         if not self.training:
             return self.forward_masked(input_ids, self.fixed or self.final_masks(), **inputs)
@@ -377,6 +394,18 @@ class MaskedModel(nn.Module):
         penalty = sum(lg.sum() for lg in logits.values())
         self.aux_loss = cfg.beta / input_ids.shape[0] * penalty
         return out
+
+
+class _Generating(nn.Module):
+    """``net.generate`` as a forward pass, so that ``functional_call`` can run it with
+    other weights (``net.<parameter name>``)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, *args, **kwargs):
+        return self.net.generate(*args, **kwargs)
 
 
 def _write_effective_weights(module: MaskedModel, state: dict, prefix: str, metadata) -> None:
