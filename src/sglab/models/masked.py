@@ -7,7 +7,9 @@ splits the batch into ``mask_samples`` (K) slices and draws one binary mask per 
 with the straight-through Gumbel-sigmoid; the K masked weight sets are stacked and the
 base network runs once per slice under ``torch.func.vmap`` over ``functional_call``.
 The penalty ``beta / batch * sum(l)`` is left in ``model.aux_loss`` for the Trainer.
-Evaluation uses the final mask 1[sigmoid(l) > 0.5] (or masks set with :meth:`use_masks`).
+Evaluation uses the final mask 1[sigmoid(l) > 0.5] (or masks set with :meth:`use_masks`);
+:meth:`MaskedModel.generate` runs an encoder-decoder base's greedy decoding under the same
+masks. A task checks a mask run against its base run's model config (``network_config``).
 
 ``fixed`` (name patterns) with ``fixed_from`` (a finished mask run on the same base run)
 keeps those weights under that run's final mask instead of training logits for them: the
