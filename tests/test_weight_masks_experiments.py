@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
 from sglab.registry import experiment
 
@@ -31,3 +32,30 @@ def test_quick_preset_end_to_end(name, tmp_path):
     tables = results["sections"][0]["tables"]
     assert tables[0]["columns"][:3] == ["tested", "none", "full"]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["experiment"] == name
+
+
+def test_masks_scan_quick_preset_end_to_end(tmp_path):
+    results = run_experiment(experiment("masks-scan"), "quick", tmp_path / "out",
+                             tmp_path / "runs", workers=1, threads=1, printer=lambda line: None)
+    splits = results["params"]["splits"]
+    base = [x["run_id"] for x in results["labels"] if x["role"] == "base"]
+    masks = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "mask"}
+    assert len(base) == 1 and set(masks) == set(splits) == {"simple", "addprim_jump"}
+    for split, run_id in masks.items():  # each mask trains on its split, on the one base net
+        config = (tmp_path / "runs" / run_id / "config.yaml").read_text()
+        assert f"base_run: {base[0]}" in config and f"split: {split}" in config
+    assert {c["id"] for c in results["claims"]} == {
+        "full-mask-keeps-accuracy", "split-mask-loses-accuracy", "jump-output-weights-removed"}
+    assert all(c["passed"] is None for c in results["claims"])  # the quick net learns nothing
+    accuracy, output = results["sections"][0]["tables"][:2]
+    assert [row[0] for row in accuracy["rows"]] == splits
+    assert [row[0] for row in output["rows"]][:4] == ["I_WALK", "I_LOOK", "I_RUN", "I_JUMP"]
+    assert output["columns"][-1] == "removed by addprim_jump mask"
+    assert len(results["sections"][0]["figures"]) == 2
+
+
+def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
+    scan = experiment("masks-scan")
+    for splits in (["addprim_jump"], ["simple", "jump"], ["simple", "simple"]):
+        with pytest.raises(SglabError, match="include 'simple'"):
+            scan.arms({**scan.preset("quick"), "splits": splits})

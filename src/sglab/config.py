@@ -103,6 +103,11 @@ class ModelConfig(StrictModel):
         """Raise ValueError if this model cannot train with these train settings (e.g. a
         batch size it cannot split)."""
 
+    def network_config(self, runs_dir: str | Path | None) -> ModelConfig:
+        """The config of the network this model computes with, which a task checks it
+        against: itself, or for a model built on another run (``masked``) that run's."""
+        return self
+
 
 def _shown(value: Any) -> str:
     """A config value as a user writes it in YAML (true, null, tanh, 0.1)."""

@@ -90,6 +90,16 @@ def used_fraction(masks: list[torch.Tensor]) -> float:
     return float(union(masks, masks[0]).float().mean()) if masks else 0.0
 
 
+def removed_per_row(reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per row of a weight matrix (an output layer's row = one output token): the share of
+    the weights ``reference`` keeps that ``mask`` removes, |R_r and not M_r| / |R_r| (thesis
+    Fig. 3.5b: the add-jump mask against the full-data mask); 0 for an empty reference row."""
+    kept = (reference > 0).flatten(1)
+    removed = (kept & ~(mask > 0).flatten(1)).sum(1).float()
+    size = kept.sum(1).float()
+    return torch.where(size > 0, removed / size.clamp_min(1), torch.zeros_like(size))
+
+
 def half_masks(masks: Masks, first: bool) -> Masks:
     """The mask on the first ceil(n/2) layers (sorted by name; ``first``) or on the rest,
     the other layers left unmasked (thesis B.1 half-mask test)."""

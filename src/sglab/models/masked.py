@@ -7,7 +7,9 @@ splits the batch into ``mask_samples`` (K) slices and draws one binary mask per 
 with the straight-through Gumbel-sigmoid; the K masked weight sets are stacked and the
 base network runs once per slice under ``torch.func.vmap`` over ``functional_call``.
 The penalty ``beta / batch * sum(l)`` is left in ``model.aux_loss`` for the Trainer.
-Evaluation uses the final mask 1[sigmoid(l) > 0.5] (or masks set with :meth:`use_masks`).
+Evaluation uses the final mask 1[sigmoid(l) > 0.5] (or masks set with :meth:`use_masks`);
+:meth:`MaskedModel.generate` runs an encoder-decoder base's greedy decoding under the same
+masks. A task checks a mask run against its base run's model config (``network_config``).
 
 ``fixed`` (name patterns) with ``fixed_from`` (a finished mask run on the same base run)
 keeps those weights under that run's final mask instead of training logits for them: the
@@ -93,6 +95,11 @@ class MaskedConfig(ModelConfig):
             raise ValueError("model.fixed does not combine with model.train_base: fixed masks "
                              "belong to a frozen net")
         return self
+
+    def network_config(self, runs_dir: str | Path | None) -> ModelConfig:
+        """The model config of the ordinary run at the start of ``base_run``'s chain: the
+        net the masks compute with (a task checks that it fits, e.g. an encoder-decoder)."""
+        return root_run(runs_dir, self.base_run).config.model
 
     def check_train(self, train) -> None:
         if train.batch_size % self.mask_samples:
@@ -363,6 +370,18 @@ class MaskedModel(nn.Module):
                                                    *input_ids.shape[1:]), slices)
         return out.reshape(batch, *out.shape[2:])
 
+    @torch.no_grad()
+    def generate(self, *args, **kwargs):
+        """The base model's ``generate`` (e.g. greedy decoding of an encoder-decoder) with
+        weights w * mask under the final masks, or those set with :meth:`use_masks`."""
+        if not callable(getattr(self.base, "generate", None)):
+            raise SglabError(f"the base run's model ({type(self.base).__name__}) has no "
+                             "generate; decode only masks on an encoder-decoder (seq2seq)")
+        masks = self.fixed or self.final_masks()
+        weights = self.base_weights()
+        masked = {f"net.{n}": weights[n] * masks[n] for n in masks}
+        return functional_call(_Generating(self.base), masked, args, kwargs)
+
     def forward(self, input_ids: torch.Tensor, **inputs) -> torch.Tensor:
         if not self.training:
             return self.forward_masked(input_ids, self.fixed or self.final_masks(), **inputs)
@@ -377,6 +396,18 @@ class MaskedModel(nn.Module):
         penalty = sum(lg.sum() for lg in logits.values())
         self.aux_loss = cfg.beta / input_ids.shape[0] * penalty
         return out
+
+
+class _Generating(nn.Module):
+    """``net.generate`` as a forward pass, so that ``functional_call`` can run it with
+    other weights (``net.<parameter name>``)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, *args, **kwargs):
+        return self.net.generate(*args, **kwargs)
 
 
 def _write_effective_weights(module: MaskedModel, state: dict, prefix: str, metadata) -> None:

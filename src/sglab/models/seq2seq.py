@@ -8,7 +8,9 @@ blocks add the cross-attention sub-block (thesis Sec. 4.1.2)::
               y = LN(y + Drop(FF(y)))
 
 * Tied decoder embeddings: ``logits = h E_out^T + b`` with the decoder's input table
-  ``E_out`` and a learned bias ``b``.
+  ``E_out`` and a learned bias ``b``; ``tie_embeddings: false`` gives a separate output
+  layer ``logits = h W_out^T + b`` (``output``; the authors' weight-mask Transformer has
+  one, thesis B.3.7, and weight masks never touch embedding tables).
 * ``pos_encoding``: ``sinusoidal`` adds the absolute encoding (thesis Eq. C.1) only at
   the input of the first layer, encoder and decoder; ``relative`` uses Transformer-XL
   attention in every self-attention layer (symmetric in the encoder, causal in the
@@ -67,6 +69,9 @@ class Seq2SeqConfig(ModelConfig):
                            "ped: Kaiming init, positions / sqrt(d).")
     dropout: float = Field(0.1, ge=0, lt=1)
     bias: bool = Field(True, description="Biases in linear layers and LayerNorms.")
+    tie_embeddings: bool = Field(True, description="Output logits from the decoder's input "
+                                                   "embedding table; false: a separate "
+                                                   "linear output layer (output.weight).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -127,7 +132,10 @@ class Seq2SeqTransformer(nn.Module):
                                      for i in range(unique))
         self.source_embedding = nn.Embedding(vocab_size, config.d_model)
         self.target_embedding = nn.Embedding(vocab_size, config.d_model)
-        self.output_bias = nn.Parameter(torch.zeros(vocab_size))
+        if config.tie_embeddings:
+            self.output_bias = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.output = nn.Linear(config.d_model, vocab_size)
         self.token_scale, self.position_scale = embedding_scales(config.embedding_scaling,
                                                                  config.d_model)
         if config.pos_encoding == "sinusoidal":
@@ -172,6 +180,8 @@ class Seq2SeqTransformer(nn.Module):
         y = self.drop(self.target_embed(self._embed(self.target_embedding, input_ids)))
         for block in self.layers(self.decoder):
             y = block(y, None, memory, source_mask)
+        if not self.config.tie_embeddings:
+            return self.output(self.final(y))
         return self.final(y) @ self.target_embedding.weight.T + self.output_bias
 
     def forward(self, input_ids: torch.Tensor, key_padding_mask: torch.Tensor | None = None,

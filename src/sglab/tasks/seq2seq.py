@@ -25,6 +25,7 @@ the first m positions.
 
 from __future__ import annotations
 
+import itertools
 from abc import abstractmethod
 from dataclasses import dataclass, field
 
@@ -81,11 +82,12 @@ def encode_pairs(vocab: Vocabulary, pairs: list[tuple[str, str]],
     targets = [vocab.encode(tokenize(t)) for _, t in pairs]
 
     def pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = torch.tensor([len(r) for r in rows])
-        out = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return out, lengths
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        out = np.zeros((len(rows), int(lengths.max())), dtype=np.int64)
+        # a boolean mask fills in row-major order: row by row, each row left to right
+        out[np.arange(out.shape[1])[None] < lengths[:, None]] = np.fromiter(
+            itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        return torch.from_numpy(out), torch.from_numpy(lengths)
 
     source, source_lengths = pad(sources)
     target, target_lengths = pad(targets)

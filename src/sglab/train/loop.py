@@ -312,7 +312,7 @@ class Trainer:
         tasks = {} if tasks is None else tasks
         if task_key not in tasks:
             tasks[task_key] = build_task(config.task)
-            tasks[task_key].check_model(config.model)
+            tasks[task_key].check_model(config.model.network_config(self.runs_dir))
         task = tasks[task_key]
         self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)

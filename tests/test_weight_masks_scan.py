@@ -1,0 +1,149 @@
+"""Weight masks on an encoder-decoder (SCAN, thesis Sec. 3.3): a masked seq2seq run trains
+and decodes under its masks; the per-token output-layer measure."""
+
+import copy
+
+import pytest
+import torch
+
+from sglab.analysis import weight_masks as wm
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.models import build_model
+from sglab.tasks import build_task
+from sglab.tasks.seq2seq import greedy_exact_match, seq2seq_batch
+from sglab.train.loop import train
+
+
+def settings(steps, lr=1e-3, batch=16):
+    return {"steps": steps, "batch_size": batch, "lr": lr, "lr_schedule": "constant",
+            "warmup_steps": 0, "eval_interval": steps, "log_interval": steps,
+            "checkpoint_interval": steps, "eval_max_examples": 50}
+
+
+SEQ2SEQ = {"name": "seq2seq", "d_model": 16, "d_ff": 32, "n_heads": 2, "n_layers": 1,
+           "dropout": 0.0, "tie_embeddings": False}
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    config = build_run_config({"task": {"name": "scan", "split": "simple"}, "model": SEQ2SEQ,
+                               "train": settings(30)})
+    return runs, train(config, runs, printer=None)["run_id"]
+
+
+def masked_config(run_id, split="addprim_jump", steps=4, **model):
+    return build_run_config({"task": {"name": "scan", "split": split},
+                             "model": {"name": "masked", "base_run": run_id, **model},
+                             "train": settings(steps, 1e-2)})
+
+
+@pytest.fixture(scope="module")
+def masked(base_run):
+    runs, run_id = base_run
+    config = masked_config(run_id)
+    task = build_task(config.task)
+    model = build_model(config.model, len(task.vocab), task.max_length, runs_dir=runs)
+    return model.eval(), task
+
+
+def zeroed_copy(net, masks):
+    """A copy of ``net`` whose weights are w * mask (the reference for masked decoding)."""
+    copied = copy.deepcopy(net)
+    with torch.no_grad():
+        for name, parameter in copied.named_parameters():
+            if name in masks:
+                parameter.mul_(masks[name])
+    return copied
+
+
+def test_separate_output_layer_is_masked_embeddings_are_not(masked):
+    model, _ = masked
+    assert "output.weight" in model.masked_names
+    assert not any("embedding" in n for n in model.masked_names)
+    assert not hasattr(model.base, "output_bias")
+
+
+def test_generate_decodes_under_the_masks(masked):
+    model, task = masked
+    batch = seq2seq_batch(task.split("ood_test").subset(torch.arange(40)), task.eos_id)
+    args = (batch.source_ids, batch.source_mask, 12, task.eos_id)
+    ones = {n: torch.ones_like(m) for n, m in model.final_masks().items()}
+    with model.use_masks(ones):
+        assert model.generate(*args) == model.base.generate(*args)
+    torch.manual_seed(0)
+    random = {n: (torch.rand_like(m) < 0.5).float() for n, m in ones.items()}
+    for chosen in (random, wm.invert(random)):
+        reference = zeroed_copy(model.base, chosen)
+        with model.use_masks(chosen):
+            decoded = model.generate(*args)
+            logits = model(batch.input_ids, **batch.model_inputs())
+        assert decoded == reference.generate(*args)
+        assert torch.allclose(logits, reference(batch.input_ids, **batch.model_inputs()),
+                              atol=1e-5)
+        assert not torch.allclose(logits, model.base(batch.input_ids, **batch.model_inputs()),
+                                  atol=1e-3)
+    # without use_masks: the final masks 1[l > 0]
+    final = model.final_masks()
+    assert model.generate(*args) == zeroed_copy(model.base, final).generate(*args)
+
+
+def test_greedy_decoding_agrees_with_the_scorer_under_a_mask(masked):
+    model, task = masked
+    torch.manual_seed(1)
+    random = {n: (torch.rand_like(m) < 0.8).float() for n, m in model.final_masks().items()}
+    data = task.split("ood_test").subset(torch.arange(60))
+    with model.use_masks(random):
+        decoded = greedy_exact_match(model, data, task.eos_id).float().mean()
+        scored = task.evaluate(model, "ood_test", 64, max_examples=60)["ood_test/exact_match"]
+    assert float(decoded) == pytest.approx(scored)
+
+
+def test_mask_samples_slice_encoder_and_decoder_inputs_alike(masked):
+    model, task = masked
+    batch = task.train_batch(8, torch.Generator().manual_seed(2), True)
+    torch.manual_seed(3)
+    masks = {n: (torch.rand(4, *m.shape) < 0.7).float() for n, m in model.final_masks().items()}
+    together = model.forward_masked(batch.input_ids, masks, **batch.model_inputs())
+    for k in range(4):
+        rows = slice(2 * k, 2 * k + 2)
+        inputs = {n: v[rows] for n, v in batch.model_inputs().items() if v is not None}
+        alone = model.forward_masked(batch.input_ids[rows], {n: m[k] for n, m in masks.items()},
+                                     **inputs)
+        assert torch.allclose(together[rows], alone, atol=1e-5)
+
+
+def test_masked_seq2seq_run_trains_on_another_split(base_run):
+    runs, run_id = base_run
+    summary = train(masked_config(run_id, steps=4), runs, printer=None)
+    assert summary["status"] == "finished" and "ood_test/exact_match" in summary["final"]
+    state = torch.load(runs / summary["run_id"] / "checkpoints" / "last.pt",
+                       weights_only=True)["model"]
+    assert "logits.output__weight" in state
+    assert not torch.equal(state["logits.output__weight"],
+                           torch.full_like(state["logits.output__weight"], 2.0))
+
+
+def test_a_mask_on_a_net_that_is_no_encoder_decoder_is_refused(tmp_path):
+    fnn = build_run_config({"task": {"name": "add_mul", "valid_size": 100},
+                            "model": {"name": "fnn", "hidden": [8]}, "train": settings(2)})
+    run_id = train(fnn, tmp_path, printer=None)["run_id"]
+    with pytest.raises(SglabError, match="needs an encoder-decoder model"):
+        train(masked_config(run_id, steps=2), tmp_path, printer=None)
+    mask = build_run_config({"task": {"name": "add_mul", "valid_size": 100},
+                             "model": {"name": "masked", "base_run": run_id},
+                             "train": settings(2)})
+    model = build_model(mask.model, 13, 5, runs_dir=tmp_path)
+    with pytest.raises(SglabError, match="has no generate"):
+        model.generate(torch.ones(2, 5, dtype=torch.long), None, 3, 1)
+    with pytest.raises(SglabError, match="no such run"):
+        train(masked_config("missing-run", steps=2), tmp_path, printer=None)
+
+
+def test_removed_per_row_counts_against_the_reference():
+    reference = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    mask = torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]])
+    # row 0: 2 of 4 kept removed; row 1: none; row 2: nothing kept to remove
+    assert wm.removed_per_row(reference, mask).tolist() == [0.5, 0.0, 0.0]
+    assert wm.removed_per_row(reference, 1 - reference).tolist() == [1.0, 1.0, 0.0]
