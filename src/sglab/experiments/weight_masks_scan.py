@@ -93,6 +93,11 @@ def train_settings(params: dict[str, Any], steps: int, lr: float, evaluations: i
             "eval_max_examples": params["eval_examples"]}
 
 
+def accuracy(seeds: list[dict[str, Any]], split: str, mask: str) -> list[float]:
+    """Exact match on ``split``'s test set under ``mask`` (none / full / split), per seed."""
+    return [seed["accuracy"][split][mask] for seed in seeds]
+
+
 class ScanMasks(Experiment):
     name = "masks-scan"
     title = "Weight masks on SCAN: split masks lose their test set, add-jump drops I_JUMP (Fig. 3.5)"
@@ -192,20 +197,17 @@ class ScanMasks(Experiment):
         def cell(values: list[float]) -> str:
             return format_mean_std([100 * v for v in values], 1)
 
-        def acc(split: str, mask: str) -> list[float]:
-            return [s["accuracy"][split][mask] for s in seeds]
-
         accuracy_table = {
             "title": "Exact match [%] on each split's test set: the unmasked net, the "
                      "full-data mask (trained on simple) and the split's own mask (trained "
                      "on the split's training set); mean ± std over seeds (Fig. 3.5a)",
             "columns": ["split", "test set", "no mask", "full-data mask", "split mask"],
-            "rows": [[split, split_test_set(split), cell(acc(split, "none")),
-                      cell(acc(split, "full")),
-                      cell(acc(split, "split")) if split != FULL else "(= full-data)"]
+            "rows": [[split, split_test_set(split), cell(accuracy(seeds, split, "none")),
+                      cell(accuracy(seeds, split, "full")),
+                      cell(accuracy(seeds, split, "split")) if split != FULL else "(= full-data)"]
                      for split in splits]}
         accuracy_figure = grouped_bars(out_dir, "scan-mask-accuracy", {
-            label: {split: statistics.mean(100 * v for v in acc(split, mask))
+            label: {split: statistics.mean(100 * v for v in accuracy(seeds, split, mask))
                     for split in splits if mask in seeds[0]["accuracy"][split]}
             for label, mask in (("no mask", "none"), ("full-data mask", "full"),
                                 ("split mask", "split"))},
@@ -251,19 +253,16 @@ class ScanMasks(Experiment):
         splits = params["splits"]
         others = [s for s in splits if s != FULL]
 
-        def acc(split: str, mask: str) -> list[float]:
-            return [s["accuracy"][split][mask] for s in seeds]
-
-        rel = [f / max(n, 1e-9) for f, n in zip(acc(FULL, "full"), acc(FULL, "none"))]
+        rel = [f / max(n, 1e-9) for f, n in zip(accuracy(seeds, FULL, "full"), accuracy(seeds, FULL, "none"))]
         claims = [claim("full-mask-keeps-accuracy", "A mask trained on the full (IID) data keeps "
                         f"more than {params['keep_min']:.0%} of the unmasked accuracy (B.3.3).",
-                        {"none on simple": acc(FULL, "none"), "full/none on simple": rel},
+                        {"none on simple": accuracy(seeds, FULL, "none"), "full/none on simple": rel},
                         [at_least("full/none on simple", params["keep_min"])])]
         gap = ("split-mask-loses-accuracy", "A split's mask loses much accuracy on its test set "
                "against the full-data mask (Fig. 3.5a); margin "
                f"{params['gap_min']:g}, one value per seed.")
         if others:
-            claims.append(claim(*gap, {f"{m} mask on {s}": acc(s, k) for s in others
+            claims.append(claim(*gap, {f"{m} mask on {s}": accuracy(seeds, s, k) for s in others
                                        for m, k in (("full", "full"), (s, "split"))},
                                 [greater_than(f"full mask on {s}", f"{s} mask on {s}",
                                               params["gap_min"]) for s in others]))
@@ -283,7 +282,7 @@ class ScanMasks(Experiment):
                               params["jump_margin"])]))
         else:
             claims.append(not_measurable(*jump, f"the preset has no {JUMP} mask"))
-        return guarded(claims, min(acc(FULL, "none")), "exact match on the simple test set")
+        return guarded(claims, min(accuracy(seeds, FULL, "none")), "exact match on the simple test set")
 
 
 register_experiment(ScanMasks())
