@@ -160,22 +160,22 @@ class ScanMasks(Experiment):
         model = masks[FULL].model()
         final = {split: run.model().final_masks() for split, run in masks.items()}
         ones = {n: torch.ones_like(m) for n, m in final[FULL].items()}
-        accuracy = {}
+        scores = {}
         for split, run in masks.items():
             tried = {"none": ones, "full": final[FULL]}
             if split != FULL:
                 tried["split"] = final[split]
-            test, accuracy[split] = split_test_set(split), {}
+            test, scores[split] = split_test_set(split), {}
             for name, chosen in tried.items():
                 with model.use_masks(chosen):
                     record = run.task.evaluate(model.eval(), test, 512, params["eval_examples"])
-                accuracy[split][name] = record[f"{test}/exact_match"]
+                scores[split][name] = record[f"{test}/exact_match"]
         index = masks[FULL].task.vocab.index
         rows = torch.tensor([index[t] for t in TOKENS])
         kept = {split: (m[OUTPUT][rows] > 0).float().mean(1).tolist() for split, m in final.items()}
         removed = {split: wm.removed_per_row(final[FULL][OUTPUT][rows], m[OUTPUT][rows]).tolist()
                    for split, m in final.items() if split != FULL}
-        return {"accuracy": accuracy, "kept": {s: wm.count(m) for s, m in final.items()},
+        return {"accuracy": scores, "kept": {s: wm.count(m) for s, m in final.items()},
                 "weights": sum(m.numel() for m in ones.values()),
                 "output_kept": {s: dict(zip(TOKENS, v)) for s, v in kept.items()},
                 "output_removed": {s: dict(zip(TOKENS, v)) for s, v in removed.items()}}
