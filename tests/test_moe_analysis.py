@@ -65,6 +65,11 @@ def test_ffn_statistics_of_dense_topk_and_moe_models():
         assert usage == sorted(usage, reverse=True) and dead == sum(u == 0 for u in usage)
     assert all(0 <= h <= 1 for h in stats["usage_entropy"])
     assert all(1 / 5 <= s <= 1 for s in stats["top_quarter_share"])  # top 1 of 5 experts
+    # K = 2 distinct experts per token: each token adds 1 to two symmetric off-diagonal cells
+    for matrix in stats["co_occurrence"]:
+        co = torch.tensor(matrix)
+        assert co.shape == (5, 5) and torch.equal(co, co.T) and co.diagonal().eq(0).all()
+        assert co.sum().item() == pytest.approx(2.0)
     # the gates are the sigmoid scores of the chosen experts (Eq. 7.11)
     from sglab.analysis.hooks import capture
 

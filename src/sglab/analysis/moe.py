@@ -85,6 +85,10 @@ def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]
         out["dead_experts"] = [dead_experts(expert_usage(e, n_experts)) for e in experts]
         out["usage_entropy"] = [usage_entropy(u) for u in usages]
         out["top_quarter_share"] = [top_share(u) for u in usages]
+        if experts[0].shape[-1] > 1:
+            out["co_occurrence"] = [
+                (co_occurrence(e, n_experts) / e.reshape(-1, e.shape[-1]).shape[0]).tolist()
+                for e in experts]
     return out
 
 

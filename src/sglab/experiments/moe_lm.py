@@ -30,7 +30,7 @@ from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, at_most, claim, less_than
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
 from sglab.models.ffn import param_matched_d_ff
-from sglab.report.plots import Line, Panel, line_figure
+from sglab.report.plots import Line, Panel, heatmap_grid, line_figure
 
 METRIC = "iid_test/bpb"
 
@@ -114,6 +114,23 @@ def usage_figure(runs: RunSet, label: str, out_dir: Path, name: str = "expert_us
                                "layer, first seed, 16 iid_valid windows (thesis Fig. 7.3).")
 
 
+def co_occurrence_figure(runs: RunSet, label: str, out_dir: Path,
+                         name: str = "expert_co_occurrence"):
+    """Per MoE arm (first seed) and layer: how often two experts serve the same token."""
+    cells = []
+    for arm, group in runs.group_by(label).items():
+        layers = ffn_stats(group[0]).get("co_occurrence")
+        if layers:
+            cells.append([(f"{arm}, layer {i}", matrix) for i, matrix in enumerate(layers)])
+    if not cells:
+        return None
+    return heatmap_grid(out_dir, name, cells, title="expert co-occurrence", vmin=0.0,
+                        xlabel="expert", ylabel="expert", cell_size=2.6,
+                        caption="Share of tokens for which experts i and j are both among the "
+                                "K chosen (diagonal 0), per layer, first seed, 16 iid_valid "
+                                "windows (thesis Fig. F.3).")
+
+
 class MoeLM(Experiment):
     name = "moe-lm"
     title = "sigma-MoE vs parameter- and FLOP-matched dense byte-level language models"
@@ -188,7 +205,8 @@ class MoeLM(Experiment):
                      "text": "MLP FLOPs: forward matmul FLOPs of one MLP sub-block per token "
                              "(the MoE: selector plus K experts; attention and embeddings are "
                              "equal across arms). % FLOPs as in the thesis, K G / d_ff.",
-                     "figures": [usage_figure(runs, "model", out_dir)]}]
+                     "figures": [f for f in (usage_figure(runs, "model", out_dir),
+                                             co_occurrence_figure(runs, "model", out_dir)) if f]}]
         active = {r["model"]: ffn_stats(r).get("active_units") for r in runs if r.seed == 0}
         sections.append({"title": "Active MLP units per layer (thesis Fig. 7.1)", "tables": [{
             "columns": ["model", "mean active units per token, by layer"],
@@ -198,4 +216,4 @@ class MoeLM(Experiment):
 
 registry.register_experiment(MoeLM())
 
-__all__ = ["MoeLM", "arm_table", "ffn_stats", "lm_base", "sigma_moe", "usage_figure"]
+__all__ = ["MoeLM", "arm_table", "co_occurrence_figure", "ffn_stats", "lm_base", "sigma_moe", "usage_figure"]
