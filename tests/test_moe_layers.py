@@ -321,3 +321,6 @@ def test_model_flops_per_token_adds_three_times_each_ffn_forward():
     _, moe = tiny_model("model.activation=relu", *FFNS["sigma_moe"])
     mlp = moe.blocks[0].mlp.forward_flops_per_token()
     assert moe.flops_per_token(10) == expected - 3 * c.n_layers * (4 * c.d_model * 48 - mlp)
+    # a copy-gated (NDR) block adds its gate FFN, d_model -> d_model -> d_model (Eq. 5.4)
+    _, ndr = tiny_model("model.d_ff=48", "model.copy_gate=true", "model.norm=post")
+    assert ndr.flops_per_token(10) == expected + 3 * c.n_layers * 2 * 2 * c.d_model**2

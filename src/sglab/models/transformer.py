@@ -363,6 +363,9 @@ class FeedForward(nn.Module):
     def forward(self, x):
         return self.out(self.drop(self.hidden(self.act(self.up(x)))))
 
+    def forward_flops_per_token(self) -> int:
+        return 2 * 2 * self.up.in_features * self.up.out_features
+
     def xavier_(self, out_gain: float | None, zero_bias: bool = True) -> None:
         """Xavier-uniform weights (``out_gain=None``: the output layer keeps nn.Linear's)."""
         nn.init.xavier_uniform_(self.up.weight, gain=math.sqrt(2))  # ReLU
@@ -631,9 +634,11 @@ class Transformer(nn.Module):
         """Training FLOPs per token (forward + backward = 3x forward), PaLM appendix B style."""
         c = self.config
         matmul_params = c.n_layers * 4 * c.d_model**2 + self.tok_emb.weight.numel()  # + unembedding
-        dense = 2 * 2 * c.d_model * (c.d_ff or 4 * c.d_model)  # copy-gated blocks' data FFN
-        ffn = sum(dense if not hasattr(b, "mlp") else 0 if b.mlp is None
-                  else b.mlp.forward_flops_per_token() for b in self.blocks[: c.n_layers])
+        # every feed-forward net of a block: its MLP (none with ffn=none) and, in copy-gated
+        # blocks, the gate's FFN (Eq. 5.4)
+        ffn = sum(m.forward_flops_per_token() for b in self.blocks[: c.n_layers]
+                  for m in (getattr(b, "mlp", None), getattr(b, "gate_ffn", None))
+                  if m is not None)
         attention = c.n_layers * 2 * length * c.d_model  # QK^T and PV per token
         return 6 * matmul_params + 3 * ffn + 6 * attention
 
