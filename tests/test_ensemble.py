@@ -59,6 +59,15 @@ def test_ensemble_bidirectional_members_with_padding_match_alone(tmp_path):
     assert_same_as_alone(configs, tmp_path)
 
 
+def test_ensemble_of_copy_gated_geometric_members_matches_alone(tmp_path):
+    # the NDR: geometric attention has scalar parameters (alpha, beta, gamma; one value a
+    # member once stacked), shared layers, copy gates without gate dropout
+    configs = member_configs("model.attention_mask=bidirectional", "model.pos_encoding=none",
+                             "model.attention=geometric", "model.copy_gate=true",
+                             "model.norm=post", "model.shared_layers=true")
+    assert_same_as_alone(configs, tmp_path)
+
+
 def test_ensemble_sgd_and_different_lengths(tmp_path):
     configs = member_configs("train.optimizer=sgd", "train.momentum=0.9")
     configs[1] = configs[1].model_copy(update={"train": configs[1].train.model_copy(

@@ -287,7 +287,7 @@ class _Stack:
         if all(c is None for c in max_norms):
             return
         grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)  # [K]
+        norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)  # [K]
         limits = torch.tensor([math.inf if c is None else c for c in max_norms], dtype=norms.dtype,
                               device=norms.device)
         coefficient = (limits / (norms + 1e-6)).clamp(max=1.0)
