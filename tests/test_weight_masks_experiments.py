@@ -44,13 +44,22 @@ def test_masks_scan_quick_preset_end_to_end(tmp_path):
     for split, run_id in masks.items():  # each mask trains on its split, on the one base net
         config = (tmp_path / "runs" / run_id / "config.yaml").read_text()
         assert f"base_run: {base[0]}" in config and f"split: {split}" in config
+    # Fig. B.8: a net like the base, trained directly on each split other than simple
+    direct = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "direct"}
+    assert set(direct) == {"addprim_jump"}
+    config = (tmp_path / "runs" / direct["addprim_jump"] / "config.yaml").read_text()
+    assert "split: addprim_jump" in config and "name: seq2seq" in config
     assert {c["id"] for c in results["claims"]} == {
-        "full-mask-keeps-accuracy", "split-mask-loses-accuracy", "jump-output-weights-removed"}
+        "full-mask-keeps-accuracy", "split-mask-loses-accuracy", "jump-output-weights-removed",
+        "pretraining-beats-direct-training"}
     assert all(c["passed"] is None for c in results["claims"])  # the quick net learns nothing
     accuracy, output = results["sections"][0]["tables"][:2]
     assert [row[0] for row in accuracy["rows"]] == splits
     assert [row[0] for row in output["rows"]][:4] == ["I_WALK", "I_LOOK", "I_RUN", "I_JUMP"]
     assert output["columns"][-1] == "removed by addprim_jump mask"
+    assert accuracy["columns"][-1] == "trained on the split"
+    assert accuracy["rows"][0][-1] == "(= no mask)"
+    assert 0 <= float(accuracy["rows"][1][-1].split()[0]) <= 100  # exact match [%], add jump
     assert len(results["sections"][0]["figures"]) == 2
 
 

@@ -24,11 +24,17 @@ Protocol, as the thesis describes it (line numbers of the thesis text):
   output token, the share of the weights the full-data mask keeps in that token's row of
   ``output.weight`` that the split mask removes.
 
+* The baseline of Fig. B.8 (l. 1967, 1979): per seed and split a net of the same size and
+  training trained directly on the split's training set, without masks (the standard
+  setup of Lake and Baroni), tested on the split's test set.
+
 Claims (patterns, not levels; judged only when the unmasked nets reach 0.9 on the
 ``simple`` test set): the full-data mask keeps > 95% of the unmasked accuracy (B.3.3,
 l. 1898); each split's mask is at least ``gap_min`` below the full-data mask on that
 split's test set (Fig. 3.5a); under the add-jump mask I_JUMP loses more of its output
-weights than any other action, by ``jump_margin`` (Fig. 3.5b).
+weights than any other action, by ``jump_margin`` (Fig. 3.5b); the split's mask on the
+IID-trained net scores above the net trained directly on the split (Fig. B.8: "the
+remaining weights still perform significantly better").
 
 The Lake-Baroni LSTM of the thesis (also in Fig. 3.5) is not built here: sglab has no
 recurrent encoder-decoder.
@@ -131,13 +137,19 @@ class ScanMasks(Experiment):
                              "full-data mask every split is compared with)")
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
-        """The base nets on the ``simple`` training set (masks follow, see :meth:`stages`)."""
+        """The base nets on the ``simple`` training set (masks follow, see :meth:`stages`)
+        and, for Fig. B.8, nets trained the same way directly on each other split."""
         self.check(params)
-        task = {"name": "scan", "split": FULL, "length_groups": params["length_groups"]}
-        config = {"task": task, "model": params["model"],
-                  "train": train_settings(params, params["base_steps"], params["base_lr"], 4,
-                                          params["base_schedule"])}
-        return [Arm({"role": "base"}, config, seed=seed) for seed in params["seeds"]]
+        train = train_settings(params, params["base_steps"], params["base_lr"], 4,
+                               params["base_schedule"])
+
+        def config(split: str) -> dict[str, Any]:
+            task = {"name": "scan", "split": split, "length_groups": params["length_groups"]}
+            return {"task": task, "model": params["model"], "train": train}
+
+        return [Arm({"role": "base"}, config(FULL), seed=seed) for seed in params["seeds"]] + [
+            Arm({"role": "direct", "split": split}, config(split), seed=seed)
+            for seed in params["seeds"] for split in params["splits"] if split != FULL]
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         """One mask per base net and split, trained on the split's training set."""
@@ -154,9 +166,11 @@ class ScanMasks(Experiment):
                 lambda previous: self.mask_arms(params, previous.where(role="base"))]
 
     # ------------------------------------------------------------------ measures
-    def measures(self, params: dict[str, Any], masks: dict[str, FinishedRun]) -> dict[str, Any]:
+    def measures(self, params: dict[str, Any], masks: dict[str, FinishedRun],
+                 direct: dict[str, FinishedRun]) -> dict[str, Any]:
         """Exact match on every split's test set with no mask, the full-data mask and the
-        split's own mask; kept weights; the output layer per token."""
+        split's own mask, and of the net trained directly on the split; kept weights; the
+        output layer per token."""
         model = masks[FULL].model()
         final = {split: run.model().final_masks() for split, run in masks.items()}
         ones = {n: torch.ones_like(m) for n, m in final[FULL].items()}
@@ -170,6 +184,10 @@ class ScanMasks(Experiment):
                 with model.use_masks(chosen):
                     record = run.task.evaluate(model.eval(), test, 512, params["eval_examples"])
                 scores[split][name] = record[f"{test}/exact_match"]
+            if split in direct:  # the same examples, the net trained on the split (Fig. B.8)
+                net = direct[split]
+                record = net.task.evaluate(net.model().eval(), test, 512, params["eval_examples"])
+                scores[split]["direct"] = record[f"{test}/exact_match"]
         index = masks[FULL].task.vocab.index
         rows = torch.tensor([index[t] for t in TOKENS])
         kept = {split: (m[OUTPUT][rows] > 0).float().mean(1).tolist() for split, m in final.items()}
@@ -185,7 +203,10 @@ class ScanMasks(Experiment):
         for base in runs.where(role="base"):
             mine = runs.where(lambda r, b=base: r.labels["role"] == "mask"
                               and r.config.model.base_run == b.run_id)
-            out.append(self.measures(params, {s: mine.only(split=s) for s in params["splits"]}))
+            direct = runs.where(lambda r, b=base: r.labels["role"] == "direct" and r.seed == b.seed)
+            out.append(self.measures(params, {s: mine.only(split=s) for s in params["splits"]},
+                                     {s: direct.only(split=s) for s in params["splits"]
+                                      if s != FULL}))
         return out
 
     # ------------------------------------------------------------------ report
@@ -200,22 +221,27 @@ class ScanMasks(Experiment):
         accuracy_table = {
             "title": "Exact match [%] on each split's test set: the unmasked net, the "
                      "full-data mask (trained on simple) and the split's own mask (trained "
-                     "on the split's training set); mean ± std over seeds (Fig. 3.5a)",
-            "columns": ["split", "test set", "no mask", "full-data mask", "split mask"],
+                     "on the split's training set), and a net trained directly on the split "
+                     "without masks; mean ± std over seeds (Figs. 3.5a, B.8)",
+            "columns": ["split", "test set", "no mask", "full-data mask", "split mask",
+                        "trained on the split"],
             "rows": [[split, split_test_set(split), cell(accuracy(seeds, split, "none")),
                       cell(accuracy(seeds, split, "full")),
-                      cell(accuracy(seeds, split, "split")) if split != FULL else "(= full-data)"]
+                      *((cell(accuracy(seeds, split, "split")),
+                         cell(accuracy(seeds, split, "direct"))) if split != FULL
+                        else ("(= full-data)", "(= no mask)"))]
                      for split in splits]}
         accuracy_figure = grouped_bars(out_dir, "scan-mask-accuracy", {
             label: {split: statistics.mean(100 * v for v in accuracy(seeds, split, mask))
                     for split in splits if mask in seeds[0]["accuracy"][split]}
             for label, mask in (("no mask", "none"), ("full-data mask", "full"),
-                                ("split mask", "split"))},
+                                ("split mask", "split"), ("trained on the split", "direct"))},
             title="Test accuracy per split under the masks", ylabel="exact match [%]",
             ylim=(0, 105),
             caption="Exact match on each split's test set: the net trained on the IID split, "
-                    "the full-data mask, and the mask trained on the split's own training "
-                    "set (mean over seeds; thesis Fig. 3.5a).")
+                    "the full-data mask, the mask trained on the split's own training set, and "
+                    "a net trained directly on the split without masks (mean over seeds; "
+                    "thesis Figs. 3.5a, B.8).")
         output_table = {
             "title": "Output layer per token [%]: weights of the token's row the full-data mask "
                      "keeps, and the share of those that each split's mask removes "
@@ -282,6 +308,17 @@ class ScanMasks(Experiment):
                               params["jump_margin"])]))
         else:
             claims.append(not_measurable(*jump, f"the preset has no {JUMP} mask"))
+        pretrained = ("pretraining-beats-direct-training", "A split's mask on the net trained "
+                      "on the IID data scores above a net trained directly on the split's "
+                      "training set (Fig. B.8); one value per seed.")
+        if others:
+            claims.append(claim(*pretrained, {
+                f"{k} on {s}": accuracy(seeds, s, key) for s in others
+                for k, key in (("split mask", "split"), ("trained on the split", "direct"))},
+                [greater_than(f"split mask on {s}", f"trained on the split on {s}")
+                 for s in others]))
+        else:
+            claims.append(not_measurable(*pretrained, "the preset masks no split besides simple"))
         return guarded(claims, min(accuracy(seeds, FULL, "none")), "exact match on the simple test set")
 
 
