@@ -4,9 +4,9 @@ Three arms on the same pre-LN decoder (relative positions, ReLU, no biases, unti
 embeddings, the Ch. 7 code's fan-in init): a dense MLP whose d_ff = N_E G + N_E / 2
 matches the sigma-MoE's parameters (selector included), the sigma-MoE (N_E experts of
 size G, K per token: K G / d_ff of the dense MLP's FLOPs), and a dense MLP with d_ff = K G
-(the same MLP FLOPs as the MoE; not in the thesis). Data: the King James Bible as bytes
-(the thesis uses Enwik8 and WikiText-103, which cannot be downloaded here); metric:
-bits per byte on iid_test. There is no Transformer-XL memory in sglab.
+(the same MLP FLOPs as the MoE; not in the thesis). Data: the King James Bible as bytes;
+the ``paper`` preset reads Enwik8 from local files, as the thesis; metric: bits per byte
+on iid_test (perplexity on WikiText-103). There is no Transformer-XL memory in sglab.
 
 Claims (Tab. 7.3: E8 1.08 vs 1.08 bpc at 25% FLOPs, WT-S 11.71 vs 11.81 ppl):
 1. sigma-MoE is within max(0.02, 2 x seed spread) bpb of the param-matched dense model
@@ -26,21 +26,27 @@ from pathlib import Path
 from typing import Any
 
 from sglab import registry
+from sglab.config import RunConfig
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, at_most, claim, less_than
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
 from sglab.models.ffn import param_matched_d_ff
 from sglab.report.plots import Line, Panel, heatmap_grid, line_figure
+from sglab.tasks.text import lm_metric
+from sglab.tasks.text_corpora import require_corpus
 
-METRIC = "iid_test/bpb"
+# the real corpora of the thesis, read from local files (relative to where sglab runs)
+ENWIK8 = {"corpus": "enwik8", "path": "data/enwik8"}
+WIKITEXT103 = {"corpus": "wikitext103", "data_dir": "data/wikitext-103"}
 
 
 def lm_base(d_model: int, n_layers: int, n_heads: int, context: int, steps: int, batch: int,
-            lr: float, eval_every: int, eval_windows: int, threads: int | None = 1
-            ) -> dict[str, Any]:
-    """Pre-LN byte LM (thesis Ch. 7 backbone without XL memory); Adam, cosine lr, clip 0.25."""
+            lr: float, eval_every: int, eval_windows: int, threads: int | None = 1,
+            corpus: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pre-LN LM (thesis Ch. 7 backbone without XL memory); Adam, cosine lr, clip 0.25.
+    ``corpus``: task fields naming the corpus (default: the King James Bible as bytes)."""
     return {
-        "task": {"name": "text", "corpus": "kjv", "context": context,
+        "task": {"name": "text", "corpus": "kjv", **(corpus or {}), "context": context,
                  "eval_windows": eval_windows},
         "model": {"name": "transformer", "d_model": d_model, "n_layers": n_layers,
                   "n_heads": n_heads, "activation": "relu", "bias": False,
@@ -64,6 +70,24 @@ def sigma_moe(n_experts: int, size: int, k: int, reg: float = 1e-4, dropout: flo
     return {**out, **{f"model.{key}": value for key, value in extra.items()}}
 
 
+def metric(runs: RunSet | FinishedRun, split: str = "iid_test") -> str:
+    """The runs' headline metric: ``<split>/bpb`` on bytes, ``<split>/ppl`` on WikiText-103."""
+    first = runs if isinstance(runs, FinishedRun) else runs[0]
+    return lm_metric(first.config.task.corpus, split)
+
+
+def metric_title(name: str) -> str:
+    """What a headline metric measures, in words."""
+    return "Bits per byte" if name.endswith("/bpb") else "Perplexity per token"
+
+
+def check_lm_data(configs: list[RunConfig]) -> None:
+    """Raise SglabError naming the corpus files the runs need and lack (Enwik8, WikiText-103)."""
+    for corpus in dict.fromkeys((c.task.corpus, c.task.path, c.task.sha256, c.task.data_dir)
+                                for c in configs):
+        require_corpus(*corpus)
+
+
 def ffn_stats(run: FinishedRun) -> dict[str, list]:
     """Active units / expert usage per layer on the first 16 iid_valid windows."""
     from sglab.analysis.moe import ffn_statistics
@@ -81,22 +105,24 @@ def ffn_flops(run: FinishedRun) -> int:
 
 
 def seed_spread(group: RunSet) -> float:
-    values = group.values(METRIC)
+    values = group.values(metric(group))
     return max(values) - min(values) if len(values) > 1 else 0.0
 
 
 def arm_table(runs: RunSet, label: str, reference_flops: int | None = None) -> dict[str, Any]:
+    valid, test = metric(runs, "iid_valid"), metric(runs)
+    unit = test.rsplit("/", 1)[-1]
     rows = []
     for name, group in runs.group_by(label).items():
         flops = ffn_flops(group[0])
         rows.append([name, group[0].summary.get("parameters"), flops,
                      f"{100 * flops / reference_flops:.1f}%" if reference_flops else "-",
-                     group.mean_std("iid_valid/bpb", 4), group.mean_std(METRIC, 4),
+                     group.mean_std(valid, 4), group.mean_std(test, 4),
                      group.mean_std("iid_test/accuracy", 3),
                      group.mean_std(lambda r: r.summary.get("seconds", float("nan")), 0)])
-    return {"title": "Bits per byte at the end of training (mean ± std over seeds)",
+    return {"title": f"{metric_title(test)} at the end of training (mean ± std over seeds)",
             "columns": [label, "parameters", "MLP FLOPs/token (fwd)", "% of dense MLP FLOPs",
-                        "iid_valid bpb", "iid_test bpb", "iid_test accuracy", "seconds"],
+                        f"iid_valid {unit}", f"iid_test {unit}", "iid_test accuracy", "seconds"],
             "rows": rows}
 
 
@@ -150,10 +176,11 @@ class MoeLM(Experiment):
                                     eval_every=100, eval_windows=512),
                     "experts": 8, "expert_size": 64, "top_k": 2, "dropout": 0.05,
                     "seeds": [0, 1], "tolerance": 0.02, "quiet": False},
-        # Tab. F.2/F.3, E8 (41M): d 512, 12 layers, 8 heads, context 512, batch 32, 100k
-        # steps, lr 2.5e-4; N_E 16, G 128, K 4, delta 0.05, gamma 1e-4; dense d_ff 2053
+        # Tab. F.2/F.3, E8 (41M) on Enwik8: d 512, 12 layers, 8 heads, context 512, batch 32,
+        # 100k steps, lr 2.5e-4; N_E 16, G 128, K 4, delta 0.05, gamma 1e-4; dense d_ff 2053
         "paper": {"base": lm_base(512, 12, 8, 512, steps=100_000, batch=32, lr=2.5e-4,
-                                  eval_every=5000, eval_windows=2048, threads=None),
+                                  eval_every=5000, eval_windows=2048, threads=None,
+                                  corpus=ENWIK8),
                   "experts": 16, "expert_size": 128, "top_k": 4, "dropout": 0.05,
                   "seeds": [0, 1], "tolerance": 0.02, "twin_d_ff": 2053, "quiet": False},
     }
@@ -167,12 +194,16 @@ class MoeLM(Experiment):
         return [Arm({"model": name}, params["base"], overrides, seed)
                 for name, overrides in variants.items() for seed in params["seeds"]]
 
+    def check_data(self, configs: list[RunConfig]) -> None:
+        check_lm_data(configs)
+
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         dense, moe = runs.where(model="dense (param-matched)"), runs.where(model="sigma-MoE")
         small = runs.where(model="dense (FLOP-matched)")
         spread = max(seed_spread(dense), seed_spread(moe))
-        values = {"sigma-MoE": moe.mean(METRIC), "dense": dense.mean(METRIC),
-                  "FLOP-matched dense": small.mean(METRIC)}
+        score = metric(runs)
+        values = {"sigma-MoE": moe.mean(score), "dense": dense.mean(score),
+                  "FLOP-matched dense": small.mean(score)}
         values["gap"] = values["sigma-MoE"] - values["dense"]
         values["tolerance"] = max(params["tolerance"], 2 * spread)
         stats = [ffn_stats(r) for r in moe]
@@ -184,14 +215,14 @@ class MoeLM(Experiment):
                   "sigma-MoE matches the parameter-equal dense model at a fraction of its MLP "
                   "FLOPs (thesis Tab. 7.3: Enwik8 1.08 vs 1.08 bpc at 25%).",
                   values, [at_most("gap", "tolerance")],
-                  context=f"{METRIC}, mean over {len(moe)} seed(s); tolerance = max("
+                  context=f"{score}, mean over {len(moe)} seed(s); tolerance = max("
                           f"{params['tolerance']}, 2 x seed spread {spread:.4f}); sigma-MoE MLP "
                           f"FLOPs {100 * flops:.1f}% of the dense twin's",
                   shown=["sigma-MoE", "dense", "gap", "tolerance"]),
             claim("sigma-moe-beats-flop-matched-dense",
                   "At equal MLP FLOPs the sigma-MoE is better than a dense model (its extra "
                   "parameters help; no such baseline in the thesis).",
-                  values, [less_than("sigma-MoE", "FLOP-matched dense")], context=METRIC,
+                  values, [less_than("sigma-MoE", "FLOP-matched dense")], context=score,
                   shown=["sigma-MoE", "FLOP-matched dense"]),
             claim("sigma-moe-uses-all-experts",
                   "With the entropy regulariser no expert dies and usage stays spread in every "
@@ -200,7 +231,7 @@ class MoeLM(Experiment):
                   context="per layer and seed; normalised entropy H(usage) / log N_E on 16 "
                           "iid_valid windows"),
         ]
-        sections = [{"title": "Bits per byte, parameters and FLOPs",
+        sections = [{"title": f"{metric_title(score)}, parameters and FLOPs",
                      "tables": [arm_table(runs, "model", ffn_flops(dense[0]))],
                      "text": "MLP FLOPs: forward matmul FLOPs of one MLP sub-block per token "
                              "(the MoE: selector plus K experts; attention and embeddings are "
@@ -216,4 +247,5 @@ class MoeLM(Experiment):
 
 registry.register_experiment(MoeLM())
 
-__all__ = ["MoeLM", "arm_table", "co_occurrence_figure", "ffn_stats", "lm_base", "sigma_moe", "usage_figure"]
+__all__ = ["ENWIK8", "WIKITEXT103", "MoeLM", "arm_table", "check_lm_data", "co_occurrence_figure",
+           "ffn_stats", "lm_base", "metric", "sigma_moe", "usage_figure"]

@@ -1,6 +1,7 @@
 """MoE variants and ablations at equal parameters (thesis Tab. 7.4, Fig. 7.3, WT-S*).
 
-Byte-level LMs on the King James Bible (see moe-lm), every MLP replaced by: the sigma-MoE;
+LMs on the King James Bible as bytes (see moe-lm; ``paper``: WikiText-103 in SentencePiece
+pieces, as the thesis, scored in perplexity), every MLP replaced by: the sigma-MoE;
 its ablations (softmax after / before top-K, standard init of W2^e, no regularisation,
 K = 1); Switch (softmax, top-1, Eq. 7.16 loss with gamma 0.01); S-BASE (Sinkhorn routing
 in training, K = 2 and K = 1); and the sigma-MoE with 4x the experts at the same K against
@@ -26,11 +27,13 @@ from sglab import registry
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import claim, greater_than, less_than
 from sglab.experiments.moe_lm import (
-    METRIC,
+    WIKITEXT103,
     arm_table,
+    check_lm_data,
     ffn_flops,
     ffn_stats,
     lm_base,
+    metric,
     sigma_moe,
     usage_figure,
 )
@@ -72,9 +75,10 @@ class MoeVariants(Experiment):
         "default": {"base": lm_base(64, 2, 2, 128, steps=800, batch=32, lr=2e-3,
                                     eval_every=200, eval_windows=512),
                     "experts": 8, "expert_size": 32, "top_k": 2, "seeds": [0], "quiet": False},
-        # WT-S-like widths on bytes (Tab. F.2/F.3): d 412, 16 layers, N_E 16, G 128, K 4
+        # WT-S widths (Tab. F.2/F.3) on WikiText-103: d 412, 16 layers, N_E 16, G 128, K 4
         "paper": {"base": lm_base(412, 16, 4, 256, steps=100_000, batch=64, lr=2.5e-4,
-                                  eval_every=5000, eval_windows=2048, threads=None),
+                                  eval_every=5000, eval_windows=2048, threads=None,
+                                  corpus=WIKITEXT103),
                   "experts": 16, "expert_size": 128, "top_k": 4, "seeds": [0], "quiet": False},
     }
 
@@ -83,9 +87,13 @@ class MoeVariants(Experiment):
         return [Arm({"variant": name}, params["base"], overrides, seed)
                 for name, overrides in table.items() for seed in params["seeds"]]
 
+    def check_data(self, configs) -> None:
+        check_lm_data(configs)
+
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         k = params["top_k"]
-        bpb = {v: g.mean(METRIC) for v, g in runs.group_by("variant").items()}
+        score = metric(runs)
+        scores = {v: g.mean(score) for v, g in runs.group_by("variant").items()}
         stats = {v: ffn_stats(g[0]) for v, g in runs.group_by("variant").items()}
         entropy = {v: statistics.fmean(s["usage_entropy"]) for v, s in stats.items()
                    if "usage" in s}
@@ -95,9 +103,9 @@ class MoeVariants(Experiment):
         claims = [
             claim("sigma-moe-beats-switch-and-s-base-k1",
                   "sigma-MoE is better than Switch (top-1) and S-BASE with K = 1 at equal "
-                  "parameters (thesis Tab. 7.4).", bpb,
+                  "parameters (thesis Tab. 7.4).", scores,
                   [less_than("sigma-MoE", "Switch (K=1)"), less_than("sigma-MoE", "S-BASE (K=1)")],
-                  context=METRIC, shown=["sigma-MoE", "Switch (K=1)", "S-BASE (K=1)"]),
+                  context=score, shown=["sigma-MoE", "Switch (K=1)", "S-BASE (K=1)"]),
             claim("switch-and-softmax-after-collapse",
                   "Switch and softmax-after-top-K (renormalised) collapse onto fewer experts "
                   "than sigma-MoE when there are many experts (thesis Fig. 7.3, WT-S*).",
@@ -108,14 +116,14 @@ class MoeVariants(Experiment):
                               f"{v} {top[v]:.3f}" for v in wide if v in top),
                   shown=wide),
             claim("fewer-active-experts-hurt",
-                  f"K = 1 is worse than K = {k} at the same expert size (thesis Tab. 7.4).", bpb,
-                  [greater_than("K=1", "sigma-MoE")], context=METRIC,
+                  f"K = 1 is worse than K = {k} at the same expert size (thesis Tab. 7.4).", scores,
+                  [greater_than("K=1", "sigma-MoE")], context=score,
                   shown=["K=1", "sigma-MoE"]),
             claim("more-experts-behind-dense-twin",
                   "Scaling N_E at fixed K does not keep parity with the dense twin (thesis "
-                  "WT-S*: 10.37 vs 10.03 ppl).", bpb,
+                  "WT-S*: 10.37 vs 10.03 ppl).", scores,
                   [greater_than("sigma-MoE, 4x experts", "dense twin of 4x experts")],
-                  context=METRIC, shown=["sigma-MoE, 4x experts", "dense twin of 4x experts"]),
+                  context=score, shown=["sigma-MoE, 4x experts", "dense twin of 4x experts"]),
         ]
         table = arm_table(runs, "variant", ffn_flops(runs.where(variant="dense")[0]))
         table["columns"] += ["usage entropy (layer mean)", "top-quarter share (layer mean)"]
