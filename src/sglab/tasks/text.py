@@ -65,7 +65,7 @@ class TextConfig(TaskConfig):
     vocab_size: int = Field(8000, ge=2, le=1_000_000,
                             description="corpus=wikitext103: SentencePiece unigram pieces.")
     tokenizer_sentences: int = Field(
-        1_000_000, ge=1, description="corpus=wikitext103: the tokenizer trains on at most this "
+        500_000, ge=1, description="corpus=wikitext103: the tokenizer trains on at most this "
                                      "many lines of the train file, drawn at random.")
     cache_dir: str | None = Field(
         None, description="corpus=wikitext103: where the tokenizer and encoded splits are "
