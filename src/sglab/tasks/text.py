@@ -66,7 +66,7 @@ class TextConfig(TaskConfig):
                             description="corpus=wikitext103: SentencePiece unigram pieces.")
     tokenizer_sentences: int = Field(
         500_000, ge=1, description="corpus=wikitext103: the tokenizer trains on at most this "
-                                     "many lines of the train file, drawn at random.")
+                                   "many lines of the train file, drawn at random.")
     cache_dir: str | None = Field(
         None, description="corpus=wikitext103: where the tokenizer and encoded splits are "
                           "cached (null: $SGLAB_CACHE_DIR, else ~/.cache/sglab).")
@@ -164,11 +164,11 @@ class TextTask(Task):
 
     def __init__(self, config: TextConfig):
         self.config = config
-        self.pieces = None  # the WikiText-103 tokenizer, for corpus=wikitext103
+        self.wikitext = None  # tokenizer and encoded splits, for corpus=wikitext103
         if config.corpus in PIECE_CORPORA:
-            self.pieces = load_pieces(config)
-            self.vocab = Vocabulary(self.pieces.pieces)
-            self.splits = dict(self.pieces.splits)
+            self.wikitext = load_pieces(config)
+            self.vocab = Vocabulary(self.wikitext.pieces)
+            self.splits = dict(self.wikitext.splits)
         else:
             self.vocab = Vocabulary([f"{b:02x}" for b in range(256)])
             self.splits = byte_splits(load_corpus(config.corpus, config.path, config.sha256),
@@ -200,12 +200,12 @@ class TextTask(Task):
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: bytes + 1, or the corpus's SentencePiece pieces + 1."""
-        return self.pieces.encode(text) if self.pieces else [b + 1 for b in text.encode()]
+        return self.wikitext.encode(text) if self.wikitext else [b + 1 for b in text.encode()]
 
     def decode(self, ids) -> str:
         """The text of token ids (padding skipped)."""
-        if self.pieces:
-            return self.pieces.decode(ids)
+        if self.wikitext:
+            return self.wikitext.decode(ids)
         return bytes(int(i) - 1 for i in ids if int(i) > 0).decode("utf-8", errors="replace")
 
     def windows(self, split: str) -> torch.Tensor:
@@ -231,7 +231,7 @@ class TextTask(Task):
         mean = loss / max(count, 1)
         metrics = {f"{split}/loss": mean, f"{split}/ppl": math.exp(min(mean, 50.0)),
                    f"{split}/accuracy": correct / max(count, 1)}
-        if self.pieces is None:  # per byte
+        if self.wikitext is None:  # per byte
             metrics[f"{split}/bpb"] = mean / math.log(2)
         return metrics
 
