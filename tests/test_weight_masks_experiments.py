@@ -16,17 +16,22 @@ def test_quick_preset_end_to_end(name, tmp_path):
                              workers=1, threads=1, printer=lambda line: None)
     labels = results["labels"]
     models = results["params"]["models"]
+    edited = experiment(name).edited  # variants that mask another variant's nets
     assert "FNN" in models and any(m.startswith("LSTM") for m in models)
+    assert (name == "masks-double-add") == ("FNN sanity" in models)
     bases = {x["model"]: x["run_id"] for x in labels if x["role"] == "base"}
     masks = [x for x in labels if x["role"] == "mask"]
-    assert set(bases) == set(models)
+    assert set(bases) == set(models) - set(edited)  # no base net of their own
     assert len(masks) == len(models) * (1 + len(experiment(name).subsets))
-    for mask in masks:  # every mask run masks the base run of its model
+    for mask in masks:  # every mask run masks the base run of its model (or the one it edits)
+        variant = mask["model"]
         config = (tmp_path / "runs" / mask["run_id"] / "config.yaml").read_text()
-        assert f"base_run: {bases[mask['model']]}" in config
+        assert f"base_run: {bases[edited.get(variant, (variant,))[0]]}" in config
+        assert ("base_edit: copy_pair_io" in config) == (variant in edited)
     ids = {c["id"] for c in results["claims"]}
     assert {f"{claim}[{model}]" for model in models for claim in
             ("mask-specializes", "inverted-mask-fails-own", "full-mask-keeps-accuracy")} <= ids
+    assert {f"sanity-sharing-near-total[{v}]" for v in edited} <= ids
     # the quick nets do not learn the task, so no claim is judged on them
     assert all(c["passed"] is None for c in results["claims"])
     tables = results["sections"][0]["tables"]

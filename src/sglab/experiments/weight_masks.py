@@ -7,6 +7,10 @@ each subtask (an operation for ``masks-add-mul``, a pair for ``masks-double-add`
 analysis evaluates every final mask and its inversion (exactly the removed weights) on
 every subtask, counts kept weights and the per-layer shared proportion between the
 subtask masks, and for add/mul which operation the net performs under each mask.
+
+An edited variant (``masks-double-add``: ``FNN sanity``, thesis App. B.3.1, Fig. B.2) trains
+no net of its own: its masks train on a copy of another variant's finished net with one
+pair's input and output weights copied onto the other's (``model.base_edit``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import torch
 
 from sglab.analysis import weight_masks as wm
+from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, at_most, claim, greater_than, not_measurable
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
@@ -79,6 +84,8 @@ class WeightMaskExperiment(Experiment):
     groups: dict[str, str]  # mask name -> metric group it is tested on
     passes: str = "single"
     outputs: int
+    # variant -> (variant whose nets it masks, model.base_edit): no base nets of its own
+    edited: dict[str, tuple[str, str]] = {}
 
     def task_config(self, params, subset: str) -> dict[str, Any]:
         return {"name": self.task, "subset": subset, "valid_size": params["valid_size"]}
@@ -91,16 +98,32 @@ class WeightMaskExperiment(Experiment):
                 "outputs": self.outputs, "input_mode": "repeat", "repeat_steps": self.steps}
         return lstm | ({"schedule": "forced"} if variant == "LSTM forced" else {})
 
+    def base_variant(self, variant: str) -> str:
+        """The variant whose nets ``variant``'s masks train on (itself unless edited)."""
+        return self.edited[variant][0] if variant in self.edited else variant
+
     def arms(self, params: dict[str, Any]) -> list[Arm]:
-        """The base nets (the masks follow in a second stage, see :meth:`stages`)."""
+        """The base nets (the masks follow in a second stage, see :meth:`stages`); an
+        edited variant reuses the nets of the variant it edits."""
+        models = params["models"]
+        for variant in models:
+            if self.base_variant(variant) not in models:
+                raise SglabError(f"models: {variant!r} masks the nets of "
+                                 f"{self.base_variant(variant)!r}; list that variant too")
         return [base_arm(params, {"model": variant}, self.task_config(params, "all"),
                          self.model(params, variant), seed)
-                for variant in params["models"] for seed in params["seeds"]]
+                for variant in models if variant not in self.edited
+                for seed in params["seeds"]]
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
-        return [mask_arm(params, base, {"model": base["model"], "mask": mask},
-                         self.task_config(params, subset), base.seed)
-                for base in bases for mask, subset in {"full": "all", **self.subsets}.items()]
+        """Per base net: the full-task and subtask masks of each variant that masks it."""
+        return [mask_arm(params, base, {"model": variant, "mask": mask},
+                         self.task_config(params, subset), base.seed,
+                         **({"base_edit": self.edited[variant][1]}
+                            if variant in self.edited else {}))
+                for base in bases for variant in params["models"]
+                if self.base_variant(variant) == base["model"]
+                for mask, subset in {"full": "all", **self.subsets}.items()]
 
     def stages(self, params):
         return [lambda previous: self.arms(params),
@@ -142,22 +165,61 @@ class WeightMaskExperiment(Experiment):
     def extra_measures(self, model, task, final) -> dict[str, Any]:
         return {}
 
-    def per_seed(self, runs: RunSet) -> list[dict[str, Any]]:
-        masks = runs.where(role="mask")
+    def per_seed(self, runs: RunSet, variant: str) -> list[dict[str, Any]]:
+        """The measures of ``variant``'s masks, one entry per base net (seed)."""
+        masks = runs.where(role="mask", model=variant)
         return [self.measures(base, {m: masks.where(lambda r, s=base.seed: r.seed == s,
                                                     mask=m)[0]
                                      for m in ["full", *self.subsets]})
-                for base in runs.where(role="base")]
+                for base in runs.where(role="base", model=self.base_variant(variant))]
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        claims, sections = [], []
+        claims, sections, measured = [], [], {}
         for variant in params["models"]:
-            seeds = self.per_seed(runs.where(model=variant))
+            seeds = measured[variant] = self.per_seed(runs, variant)
             section = self.variant_section(params, variant, seeds, out_dir)
             sections.append(section)
-            claims += [replace(c, id=f"{c.id}[{variant}]")
-                       for c in self.checked_claims(params, variant, seeds)]
+            if variant in self.edited:
+                unedited = measured[self.base_variant(variant)]
+                self.add_comparison(section, variant, seeds, unedited, out_dir)
+                checked = self.edited_claims(params, variant, seeds, unedited)
+            else:
+                checked = self.checked_claims(params, variant, seeds)
+            claims += [replace(c, id=f"{c.id}[{variant}]") for c in checked]
         return {"claims": claims, "sections": sections}
+
+    def sharing_means(self, seeds) -> dict[str, float]:
+        """Per weight layer: the shared proportion, mean over the subtask masks and seeds."""
+        return {layer: statistics.mean(s["sharing"][n][layer] for s in seeds
+                                       for n in self.subsets) for layer in seeds[0]["layers"]}
+
+    def add_comparison(self, section, variant, seeds, unedited, out_dir) -> None:
+        """The shared proportion per layer of an edited variant beside the nets it edits
+        (e.g. thesis Fig. B.2 beside Fig. 3.3): a table and a bar figure."""
+        base = self.base_variant(variant)
+        means = {base: self.sharing_means(unedited), variant: self.sharing_means(seeds)}
+        layers = seeds[0]["layers"]
+        section["tables"].append({
+            "title": f"Shared proportion per layer [%], {base} vs {variant} (mean over the "
+                     "subtask masks, mean ± std over seeds)",
+            "columns": ["masks on", *layers],
+            "rows": [[name, *(format_mean_std([100 * statistics.mean(
+                s["sharing"][n][layer] for n in self.subsets) for s in measured], 1)
+                for layer in layers)] for name, measured in ((base, unedited),
+                                                             (variant, seeds))]})
+        section["figures"].append(grouped_bars(
+            out_dir, f"sharing-{base}-vs-{variant}".replace(" ", "-"),
+            {name: {layer: 100 * v for layer, v in values.items()}
+             for name, values in means.items()},
+            title=f"Shared proportion per layer, {base} vs {variant}", ylabel="shared [%]",
+            ylim=(0, 100), caption=f"Shared proportion of the subtask masks per layer, mean "
+                                   f"over the masks and seeds: on the {base} nets and on their "
+                                   f"edited copies ({variant}; thesis Fig. B.2 vs Fig. 3.3)."))
+
+    def edited_claims(self, params, variant, seeds, unedited) -> list:
+        """The claims on an edited variant (``unedited``: the measures of the nets it edits),
+        judged only when both the edited and the unedited nets solve every subtask."""
+        return []
 
     def variant_section(self, params, variant, seeds, out_dir) -> dict[str, Any]:
         names = list(self.subsets)
@@ -204,17 +266,26 @@ class WeightMaskExperiment(Experiment):
             title="Mask probabilities", xlabel="sigmoid(l)", ylabel="weights",
             caption="Histogram of the keep probabilities sigmoid(l) of the final mask logits, "
                     "500 bins, first seed, linear and log counts (thesis Fig. B.3).")
-        size = params["hidden"] if variant == "FNN" else f"hidden {params['lstm_hidden']}"
+        size = params["hidden"] if variant.startswith("FNN") else \
+            f"hidden {params['lstm_hidden']}"
+        edit = (f" The masks train on the {self.base_variant(variant)} nets with "
+                f"model.base_edit={self.edited[variant][1]}: {self.edit_text}"
+                if variant in self.edited else "")
         return {"title": f"{variant}: masks on their own and the other subtask",
                 "text": f"{len(seeds)} seed(s); {variant} {size}, base {params['base_steps']} "
-                        f"steps, masks {params['mask_steps']} steps, beta {params['beta']}.",
+                        f"steps, masks {params['mask_steps']} steps, beta {params['beta']}."
+                        + edit,
                 "tables": [table, hidden_table, half_table, sharing_table, kept_table,
                            *self.extra_tables(seeds)], "figures": [figure, histogram]}
 
+    def base_accuracy(self, seeds) -> float:
+        """The lowest exact match of the unmasked nets on a subtask."""
+        return min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
+
     def checked_claims(self, params, variant, seeds) -> list:
         """The claims, or (when a base net did not learn the task) each as not measurable."""
-        base = min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
-        return guarded(self.claims(params, variant, seeds), base, "exact match on a subtask")
+        return guarded(self.claims(params, variant, seeds), self.base_accuracy(seeds),
+                       "exact match on a subtask")
 
     def extra_tables(self, seeds) -> list[dict[str, Any]]:
         return []
@@ -324,14 +395,21 @@ class DoubleAdd(WeightMaskExperiment):
     task, outputs, passes, steps = "double_add", 4, "per_pair", 6
     subsets = {"pair1": "pair1", "pair2": "pair2"}
     groups = {"pair1": "pair=1", "pair2": "pair=2"}
-    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7}
+    # sanity_min: hidden-layer sharing of the FNN sanity masks (App. B.3.1); sanity_margin:
+    # how far above the unedited FNN's it must be
+    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7,
+                  "sanity_min": 0.8, "sanity_margin": 0.2}
+    # App. B.3.1: the FNN's nets with pair 1's input and output weights copied onto pair 2's
+    edited = {"FNN sanity": ("FNN", "copy_pair_io")}
+    edit_text = ("pair 1's input and output weights copied onto pair 2's, so the hidden "
+                 "layers cannot tell the pairs apart (thesis App. B.3.1, Fig. B.2).")
     presets = {
         "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
-                  "models": ["FNN", "LSTM forced"], "lstm_hidden": 16},
+                  "models": ["FNN", "FNN sanity", "LSTM forced"], "lstm_hidden": 16},
         "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 4e-4, 2000), **thresholds,
-                    "models": ["FNN"], "lstm_hidden": 128},
+                    "models": ["FNN", "FNN sanity"], "lstm_hidden": 128},
         "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
-                  "models": ["FNN", "LSTM", "LSTM forced"], "lstm_hidden": 256},
+                  "models": ["FNN", "FNN sanity", "LSTM", "LSTM forced"], "lstm_hidden": 256},
     }
 
     def claims(self, params, variant, seeds):
@@ -346,6 +424,27 @@ class DoubleAdd(WeightMaskExperiment):
                 claim("inverted-mask-keeps-other-pair", "Inverting a pair's mask keeps the "
                       "other pair working (thesis 94/100/96%).", keeps,
                       [at_least(n, params["kept_min"]) for n in keeps])]
+
+    def edited_claims(self, params, variant, seeds, unedited):
+        base = self.base_variant(variant)
+        edited, plain = self.sharing_means(seeds), self.sharing_means(unedited)
+        layers = seeds[0]["layers"]
+        hidden = layers[1:-1]
+        values = {f"{variant} {layer}": edited[layer] for layer in hidden} | \
+            {f"{base} {layer}": plain[layer] for layer in hidden} | \
+            {f"{variant} I/O": statistics.mean(self.io_hidden(seeds)[0])}
+        rules = [at_least(f"{variant} {layer}", params["sanity_min"]) for layer in hidden] + \
+            [at_least(f"{variant} {layer}", f"{base} {layer}", params["sanity_margin"])
+             for layer in hidden] + [at_most(f"{variant} I/O", 0.05)]
+        sanity = claim("sanity-sharing-near-total", "With pair 1's input and output weights "
+                       "copied onto pair 2's, the pair masks share almost all of their hidden "
+                       "weights (far more than on the unedited net) and still none in the first "
+                       "and last layers, which hold identical but separate copies (App. B.3.1, "
+                       "Fig. B.2); shared proportions are means over both masks and the seeds.",
+                       values, rules)
+        accuracy = min(self.base_accuracy(seeds), self.base_accuracy(unedited))
+        return guarded([*self.common_claims(params, seeds), sanity], accuracy,
+                       "exact match on a subtask (edited or not)")
 
 
 register_experiment(AddMul())

@@ -17,6 +17,11 @@ class-removal masks fix the output layer to the full-task (control) mask (thesis
 
 Checkpoints hold only the logits: the base weights live outside the module tree.
 
+``base_edit: copy_pair_io`` edits the loaded copy of the base (an ``fnn`` with ``passes:
+per_pair`` trained on ``double_add``) before any mask sees it: pair 1's input and output
+weights are copied onto pair 2's, the sanity check of thesis App. B.3.1 (Fig. B.2). The
+base run's files are never written.
+
 ``train_base`` trains the masked weights together with their logits (transfer learning,
 thesis Sec. 3.2.3 / B.3.6, the authors' partly frozen layers): the weights that the final
 masks of the runs in ``frozen_from`` keep are frozen, the others train. A trained weight is
@@ -83,6 +88,10 @@ class MaskedConfig(ModelConfig):
     frozen_logit_init: float | None = Field(None, description="train_base: initial logit of "
                                                               "the frozen weights (null: "
                                                               "logit_init; Fig. B.7: 2).")
+    base_edit: Literal["none", "copy_pair_io"] = Field(
+        "none", description="copy_pair_io: copy pair 1's input and output weights onto pair "
+                            "2's in the loaded base (an fnn with passes=per_pair trained on "
+                            "double_add; thesis App. B.3.1). The base run stays as it is.")
 
     @model_validator(mode="after")
     def _check_fixed(self):
@@ -94,6 +103,9 @@ class MaskedConfig(ModelConfig):
         if self.train_base and self.fixed:
             raise ValueError("model.fixed does not combine with model.train_base: fixed masks "
                              "belong to a frozen net")
+        if self.train_base and self.base_edit != "none":
+            raise ValueError(f"model.base_edit={self.base_edit} edits a frozen net; it does not "
+                             "combine with model.train_base")
         return self
 
     def network_config(self, runs_dir: str | Path | None) -> ModelConfig:
@@ -423,6 +435,9 @@ def _write_effective_weights(module: MaskedModel, state: dict, prefix: str, meta
 def make_masked(config: MaskedConfig, vocab_size: int, max_len: int,
                 runs_dir: str | Path | None = None) -> MaskedModel:
     base = load_base_run(runs_dir, config.base_run)
+    if config.base_edit == "copy_pair_io":
+        check_pair_io_base(stored_run(runs_dir, config.base_run, "model.base_run"))
+        copy_pair_io(base)
     if base.summary["vocab_size"] != vocab_size:
         raise SglabError(f"model.base_run={config.base_run} was trained with a vocabulary of "
                          f"{base.summary['vocab_size']} tokens, this task has {vocab_size}; "
@@ -433,6 +448,40 @@ def make_masked(config: MaskedConfig, vocab_size: int, max_len: int,
     fresh = build_architecture(root_run(runs_dir, config.base_run)) if config.reset_free \
         else None
     return MaskedModel(config, base, frozen_masks=frozen, fresh=fresh)
+
+
+def check_pair_io_base(run: StoredRun) -> None:
+    """SglabError unless ``run`` is an ``fnn`` with ``passes: per_pair`` trained on
+    ``double_add``: the only net whose pairs have their own input and output weights."""
+    model, task = run.config.model, run.config.task
+    if model.name != "fnn" or model.passes != "per_pair" or task.name != "double_add":
+        shown = f"{model.name}" + (f" (passes={model.passes})" if model.name == "fnn" else "")
+        raise SglabError(f"model.base_edit=copy_pair_io needs an fnn base run with "
+                         f"passes=per_pair trained on double_add, but model.base_run="
+                         f"{run.run_id} is a {shown} trained on {task.name}; mask such a run "
+                         "or set model.base_edit=none")
+
+
+def copy_pair_io(net: nn.Module) -> None:
+    """Copy pair 1's input and output weights onto pair 2's, in place (thesis App. B.3.1,
+    Fig. B.2: "we copy the input and output weights of one pair to the part of the weight
+    matrix corresponding to the other", so that the hidden layers cannot see any difference
+    between the two pairs).
+
+    ``net`` is an ``fnn`` with ``passes: per_pair`` on ``double_add``: pair 1 is the first
+    half of the input positions, whose blocks (``in_features / width`` columns each: one per
+    token but padding, or one with ``input_encoding: value``) are the first columns of the
+    first layer, and it answers in the first half of the slots, whose ``classes`` logits each
+    are the first rows (and biases) of the last layer. Pair 2 owns the next as many columns
+    and rows. The first layer's bias and the hidden layers are shared already.
+    """
+    first, last = net.layers[0], net.layers[-1]
+    columns = net.width // 2 * (first.in_features // net.width)
+    rows = net.config.outputs // 2 * net.classes
+    with torch.no_grad():
+        first.weight[:, columns:2 * columns] = first.weight[:, :columns].clone()
+        last.weight[rows:2 * rows] = last.weight[:rows].clone()
+        last.bias[rows:2 * rows] = last.bias[:rows].clone()
 
 
 def load_frozen_masks(runs_dir: str | Path | None, config: MaskedConfig,
