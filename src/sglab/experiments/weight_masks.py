@@ -174,9 +174,9 @@ class WeightMaskExperiment(Experiment):
                 for base in runs.where(role="base", model=self.base_variant(variant))]
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        claims, sections, measured = [], [], {}
-        for variant in params["models"]:
-            seeds = measured[variant] = self.per_seed(runs, variant)
+        claims, sections = [], []
+        measured = {variant: self.per_seed(runs, variant) for variant in params["models"]}
+        for variant, seeds in measured.items():
             section = self.variant_section(params, variant, seeds, out_dir)
             sections.append(section)
             if variant in self.edited:
@@ -395,8 +395,9 @@ class DoubleAdd(WeightMaskExperiment):
     task, outputs, passes, steps = "double_add", 4, "per_pair", 6
     subsets = {"pair1": "pair1", "pair2": "pair2"}
     groups = {"pair1": "pair=1", "pair2": "pair=2"}
-    # sanity_min: hidden-layer sharing of the FNN sanity masks (App. B.3.1); sanity_margin:
-    # how far above the unedited FNN's it must be
+    # sanity_min: hidden-layer sharing of the FNN sanity masks (App. B.3.1; measured at
+    # default, 1 seed: 0.88 and 0.92); sanity_margin: how far above the unedited FNN's
+    # (0.43 and 0.64) it must be
     thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7,
                   "sanity_min": 0.8, "sanity_margin": 0.2}
     # App. B.3.1: the FNN's nets with pair 1's input and output weights copied onto pair 2's
