@@ -179,10 +179,10 @@ class CTLPP(Experiment):
         "quick": preset(d=32, d_ff=64, heads=4, lstm_units=32, steps=300, seeds=[0, 1],
                         batch=64, lstm_batch=64, lr=2e-3, lstm_lr=2e-3, dropout=0.0,
                         eval_every=150, lengths="uniform", train_size=2000, splits=("R",)),
-        # CPU proxy. The d 64 NDR leaves the loss plateau after about 0.4M training examples
-        # and fits 'A' after about 1M (README: 12k steps of 64, or 4-5k of 256); on one core
-        # a step of 256 costs 1.7x a step of 64 (tokens/s saturate at 256, 512 adds nothing),
-        # so the NDR trains on batches of 256. 'R' is slower (IID 0.94 at 5k steps of 256)
+        # CPU proxy. The d 64 NDR needs on the order of a million training examples: 'A' fits
+        # after 12k steps of 64 or 4.5k of 256, 'R' is slower (IID 0.94 after 5k steps of
+        # 256); 6k steps of 256 fit both (README). Alone on a core a step of 256 costs 2.9x
+        # one of 64 (19k against 14k tokens/s; 512 adds nothing)
         "default": preset(d=64, d_ff=128, heads=4, lstm_units=64, steps=6000, lstm_steps=3000,
                           seeds=list(range(2)), batch=256, lstm_batch=128, lr=2e-3,
                           lstm_lr=2e-3, dropout=0.0, eval_every=500, lengths="uniform",
