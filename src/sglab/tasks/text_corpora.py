@@ -28,7 +28,6 @@ concurrent runs build it once.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib
 import io
 import json
@@ -42,7 +41,7 @@ import numpy as np
 import torch
 
 from sglab.errors import SglabError
-from sglab.io import atomic_write_bytes, atomic_write_text
+from sglab.io import atomic_write_bytes, atomic_write_json, sha256_hex
 from sglab.tasks.published import Source, fetch, missing_files
 
 ENWIK8_BYTES = 100_000_000
@@ -127,7 +126,7 @@ def cache_key(stats: tuple[tuple[str, int, int], ...], vocab_size: int, sentence
     """Names the cache entry: the input files' sizes and mtimes plus every tokenizer setting."""
     settings = {"format": CACHE_FORMAT, "files": [list(s) for s in stats], "model": "unigram",
                 "vocab_size": vocab_size, "sentences": sentences}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return sha256_hex(json.dumps(settings, sort_keys=True).encode())[:16]
 
 
 def train_tokenizer(train_file: Path, vocab_size: int, sentences: int) -> bytes:
@@ -202,8 +201,8 @@ def load_wikitext103(data_dir: str | Path, vocab_size: int = 8000, sentences: in
     spm = require_sentencepiece()
     fetch(directory, Source(tuple(WIKITEXT_FILES.values()), None, WIKITEXT_WHERE),
           printer=lambda _: None)
-    entry = cache_root(cache_dir) / "wikitext103" / cache_key(file_stats(directory), vocab_size,
-                                                             sentences)
+    stats = file_stats(directory)
+    entry = cache_root(cache_dir) / "wikitext103" / cache_key(stats, vocab_size, sentences)
     model_file = entry / "tokenizer.model"
     arrays = {split: entry / f"{split}.npy" for split in WIKITEXT_FILES}
     trained = False
@@ -214,10 +213,10 @@ def load_wikitext103(data_dir: str | Path, vocab_size: int = 8000, sentences: in
             started = time.perf_counter()
             model = train_tokenizer(directory / WIKITEXT_FILES["train"], vocab_size, sentences)
             atomic_write_bytes(model_file, lambda handle: handle.write(model))
-            atomic_write_text(entry / "tokenizer.json", json.dumps({
-                "data_dir": str(directory.resolve()), "files": file_stats(directory),
+            atomic_write_json(entry / "tokenizer.json", {
+                "data_dir": str(directory.resolve()), "files": stats,
                 "vocab_size": vocab_size, "sentences": sentences,
-                "seconds": round(time.perf_counter() - started, 1)}, indent=2) + "\n")
+                "seconds": round(time.perf_counter() - started, 1)})
             trained = True
         processor = spm.SentencePieceProcessor(model_proto=model_file.read_bytes())
         for split, path in arrays.items():
