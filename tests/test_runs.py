@@ -11,6 +11,7 @@ from sglab.experiments.runs import (
     RunSet,
     build_arm_configs,
     format_mean_std,
+    selected,
 )
 
 BASE = {"task": {"name": "addition", "train_size": 100, "test_size": 50},
@@ -90,6 +91,19 @@ def test_finished_run_reads_metrics_lazily_with_training_loss_records(tmp_path):
     assert run.curve("iid_test/exact_match") == ([10], [0.5])
     assert run.curve("train/loss") == ([5], [2.0])
     assert run["pe"] == "NoPE" and run.seed == 0 and run.best is None
+
+
+def test_selected_reads_the_best_checkpoints_record_else_the_last(tmp_path):
+    run = _finished({"pe": "NoPE"}, 0, 0.5, tmp_path)
+    assert run.selected == {"step": 10, "iid_test/exact_match": 0.5}  # no best: the last
+    with open(run.directory / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 20, "iid_valid/exact_match": 0.6,
+                            "iid_test/exact_match": 0.4}) + "\n")
+    later = FinishedRun(run.labels, run.config, {**run.summary, "best": {"step": 10}},
+                        run.directory)
+    assert selected("iid_test/exact_match")(later) == 0.5  # the step-10 record, not the last
+    assert RunSet([later]).values(selected("iid_test/exact_match")) == [0.5]
+    assert RunSet([later]).values("iid_test/exact_match") == [0.5]  # summary's final record
 
 
 def test_format_mean_std():

@@ -32,14 +32,13 @@ from sglab.experiments.ndr_grid import (
     model_label,
     ndr_arms,
     row_keys,
-    selected,
 )
 from sglab.experiments.ndr_routing import (
     gates_open_in_order_claim,
     routing_figures,
     routing_probe,
 )
-from sglab.experiments.runs import Arm, FinishedRun, RunSet
+from sglab.experiments.runs import Arm, FinishedRun, RunSet, selected
 from sglab.report.plots import Panel, learning_curves, metric_line
 
 

@@ -7,7 +7,7 @@ presentation, the depth ablation of Table 5.2) and the grids of the tasks split 
 (arithmetic, ListOps). Every run is an :class:`~sglab.experiments.runs.Arm` labelled with
 its variant key (``ndr``, ``ndr@8`` for the 8-step NDR), its model name as the tables
 print it and its condition (the CTL direction). Accuracies are read at the checkpoint
-with the best OOD-validation accuracy (:func:`selected_record`).
+with the best OOD-validation accuracy (``FinishedRun.selected``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglab.config import deep_merge
-from sglab.experiments.runs import Arm, FinishedRun, RunSet
+from sglab.experiments.runs import Arm, FinishedRun, RunSet, selected
 
 LABELS = {
     "transformer": "Transformer", "rel": "+ rel", "geom": "+ geom.", "rel_gate": "+ rel + gate",
@@ -263,26 +263,6 @@ def ndr_arms(params: dict[str, Any], condition_label: str) -> list[Arm]:
     return arms
 
 
-# ----------------------------------------------------------------------------- model selection
-
-
-def selected_record(run: FinishedRun) -> dict[str, Any]:
-    """The evaluation at the checkpoint with the best OOD-validation accuracy (the thesis's
-    model selection; the Trainer keeps that checkpoint as ``best.pt``), else the last."""
-
-    def compute(run: FinishedRun) -> dict[str, Any]:
-        records = run.evaluations
-        step = (run.best or {}).get("step")
-        return next((r for r in records if r["step"] == step), records[-1])
-
-    return run.measure("selected record", compute)
-
-
-def selected(metric: str) -> Callable[[FinishedRun], Any]:
-    """A run's ``metric`` at the selected checkpoint (None when not evaluated)."""
-    return lambda run: selected_record(run).get(metric)
-
-
 # ----------------------------------------------------------------------------- tables
 
 
@@ -306,7 +286,7 @@ def accuracy_table(params: dict[str, Any], runs: RunSet, condition_label: str
         chosen = [run for cell in cells for run in cell]
         rows.append([model_label(key),
                      *(_mean_std(cell, get) for get in fields.values() for cell in cells),
-                     ", ".join(str(selected_record(run)["step"]) for run in chosen),
+                     ", ".join(str(run.selected["step"]) for run in chosen),
                      f"{statistics.mean(run.summary.get('seconds') or 0 for run in chosen):.0f}"])
     return {"title": "Accuracy at the checkpoint with the best OOD-validation accuracy "
                      "(thesis model selection; mean ± std over seeds), and test accuracy at "
@@ -323,7 +303,7 @@ def group_table(params: dict[str, Any], runs: RunSet, condition_label: str,
     """Test accuracy at the selected checkpoint by ``group`` (length, depth)."""
     conditions = list(params["conditions"])
     prefix = f"{TEST}/{group}="
-    values = list(runs.group_means(prefix, record=selected_record))
+    values = list(runs.group_means(prefix, record=lambda run: run.selected))
     rows = [[model_label(key), condition,
              *(_mean_std(cell, selected(f"{prefix}{value}")) for value in values)]
             for (key, condition), cell in runs.group_by("variant", condition_label).items()]

@@ -139,6 +139,15 @@ class FinishedRun:
         """The record of the best evaluation (by the run's target metric), if any."""
         return self.summary.get("best")
 
+    @cached_property
+    def selected(self) -> dict[str, Any]:
+        """The evaluation record of the selected checkpoint: the best one on the run's
+        ``train.select_on`` validation split (the Trainer keeps it as ``best.pt``), else the
+        last. Test splits never select."""
+        step = (self.best or {}).get("step")
+        records = self.evaluations
+        return next((r for r in records if r["step"] == step), records[-1] if records else {})
+
     @property
     def target(self) -> dict[str, Any] | None:
         """The record of the first evaluation that reached the early-stop target, if any."""
@@ -186,6 +195,11 @@ class FinishedRun:
         from sglab.tasks import build_task
 
         return build_task(self.config.task)
+
+
+def selected(metric: str) -> Callable[[FinishedRun], Any]:
+    """A run's ``metric`` at its selected checkpoint (None when not evaluated there)."""
+    return lambda run: run.selected.get(metric)
 
 
 class RunSet(Sequence[FinishedRun]):
