@@ -195,7 +195,8 @@ class Symmetry(Experiment):
              "causal NoPE": nope.mean(test)},
             [at_most("bidirectional NoPE", "order-blind ceiling", 0.02),
              at_most("bidirectional NoPE", "causal NoPE", -0.5)],
-            context="test exact match (mean over seeds); the ceiling is the best possible "
+            context="test exact match at the selected checkpoint (mean over seeds); the "
+                    "ceiling is the best possible "
                     "over all operand pairs when only the multiset of earlier tokens is seen",
         ))
 
