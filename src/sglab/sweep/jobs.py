@@ -37,13 +37,16 @@ def available_cores() -> int:
 # 16 members 145 member-steps/s. The threshold lies between the two measured points.
 GPU_ENSEMBLE_MAX_TOKENS = 16_384
 
-# On a CPU the stacked step only pays for small steps, where it amortises the per-call
+# On a CPU the stacked step only pays for tiny steps, where it amortises the per-call
 # overhead of K lone steps; larger steps run slower stacked (bigger working set). Measured
-# with benchmarks/gpu_throughput.py on this project's 2-core CPU, one thread, member-steps/s
-# of a 2-member ensemble over a lone run: symmetry default (~1,660 tokens a step) 1.05x (4
-# members 1.08x), moe-lm default at context 32 (1,024 tokens) 1.0x, at context 128 (4,096
-# tokens) 0.58x. A member whose step holds this many tokens or more trains alone on a CPU.
-CPU_ENSEMBLE_MAX_TOKENS = 4_096
+# with benchmarks/gpu_throughput.py on this project's 2-core CPU, one thread, torch 2.13,
+# member-steps/s of K-member ensembles over a lone run: symmetry quick model at batch 16
+# (208 tokens a step) K=2 0.83x, K=4 1.26x; at batch 32 (416) 0.74x / 1.06x; symmetry
+# quick (830) 0.86x / 0.96x; symmetry default (1,660) 0.87-0.91x / 0.82x; init-scale
+# default (2,300) 0.92x / 0.78x; topics default (3,200) 1.03x / 1.05x; moe-lm at context
+# 128 (4,096) 0.58x at K=2. The seeds of every `default` preset therefore train as lone
+# runs on a CPU; a member whose step holds this many tokens or more trains alone there.
+CPU_ENSEMBLE_MAX_TOKENS = 512
 
 
 _TASK_SHAPES: dict[str, tuple[int, int]] = {}  # task config (JSON) -> (vocabulary, longest row)
