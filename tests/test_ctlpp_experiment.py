@@ -190,6 +190,15 @@ def test_failure_and_a_vs_r_claims_count_only_seeds_that_fit_iid():
     assert experiment.failure_claim(solved, iid, name).passed is None
     unfitted = {key: [0.1] * 3 for key in iid}
     assert experiment.a_harder_claim(ood, unfitted).passed is None
+    # every fitted seed solves both splits: the ordering is seed noise, not judged
+    ceiling = {("bilstm", "A"): [0.990, 0.993], ("bilstm", "R"): [0.993, 0.989]}
+    ones = {key: [1.0, 1.0] for key in ceiling}
+    assert experiment.a_harder_claim(ceiling, ones).passed is None
+    assert "solves both splits" in experiment.a_harder_claim(ceiling, ones).evidence
+    # a model with failing seeds that does better on 'A' than on 'R' fails the claim
+    inverted = {("ndr", "A"): [0.99, 0.91], ("ndr", "R"): [0.80, 0.99]}
+    fitted = {key: [1.0, 1.0] for key in inverted}
+    assert experiment.a_harder_claim(inverted, fitted).passed is False
 
 
 class _Run:

@@ -27,7 +27,15 @@ from sglab.analysis.symbol_clusters import (
     symbol_clusters,
 )
 from sglab.experiments.base import Experiment
-from sglab.experiments.claims import any_of, at_least, at_most, claim, less_than, not_measurable
+from sglab.experiments.claims import (
+    any_of,
+    at_least,
+    at_most,
+    claim,
+    format_value,
+    less_than,
+    not_measurable,
+)
 from sglab.experiments.ndr_grid import transformer_variants
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
 from sglab.report.plots import annotated_heatmap, heatmap_grid, labelled_scatter, seed_strip
@@ -290,19 +298,30 @@ class CTLPP(Experiment):
 
     def a_harder_claim(self, ood, iid):
         """Mean OOD accuracy on 'A' below 'R', over the seeds that fit IID, per model with
-        such seeds in both splits."""
+        such seeds in both splits and at least one of them at or below SOLVED OOD: a model
+        whose every fitted seed solves both splits shows no ordering (at 0.99 on both it is
+        seed noise), so, like the other failure claims, it is judged only where seeds fail."""
         statement = "'A' is harder than 'R' (Table 6.1: NDR 0.34 vs 0.75, Bi-LSTM 0.95 vs 1.00)."
-        values = {f"{LABELS[m]} {s}": statistics.mean(fit) for (m, s) in ood
+        fitted = {(m, s): fit for (m, s) in ood
                   if (fit := [o for o, i in zip(ood[m, s], iid[m, s]) if i >= FITTED])}
-        models = [LABELS[m] for m in dict.fromkeys(m for m, _ in ood)
-                  if f"{LABELS[m]} A" in values and f"{LABELS[m]} R" in values]
-        if not models:
+        values = {f"{LABELS[m]} {s}": statistics.mean(fit) for (m, s), fit in fitted.items()}
+        both = [m for m in dict.fromkeys(m for m, _ in ood)
+                if (m, "A") in fitted and (m, "R") in fitted]
+        if not both:
             return not_measurable("a-harder-than-r", statement, "no model has seeds fitting IID "
                                   f"(≥ {FITTED}) on both 'A' and 'R' (or the preset runs one "
                                   "split only)")
+        models = [LABELS[m] for m in both
+                  if any(x <= SOLVED for split in ("A", "R") for x in fitted[m, split])]
+        if not models:
+            return not_measurable("a-harder-than-r", statement, "every seed fitting IID (≥ "
+                                  f"{FITTED}) solves both splits (OOD > {SOLVED}): " + ", ".join(
+                                      f"{k} {format_value(v)}" for k, v in values.items()))
         return claim("a-harder-than-r", statement, values,
                      [less_than(f"{m} A", f"{m} R") for m in models],
-                     context=f"mean OOD accuracy of the seeds fitting IID (≥ {FITTED})")
+                     context=f"mean OOD accuracy of the seeds fitting IID (≥ {FITTED}); judged "
+                             f"for the models with a fitted seed at or below {SOLVED} OOD: "
+                             + ", ".join(models))
 
     def compatibility(self, runs: RunSet, out_dir: Path):
         """Fig. E.2 for the lowest-OOD seed; the claim over the seeds that fit IID but fail
