@@ -8,10 +8,11 @@ from sglab.config import build_run_config
 from sglab.models.dropout import Dropout, apply_dropout, keyed_uniform, member_masks
 from sglab.store import RunStore
 from sglab.sweep.jobs import (
-    CPU_ENSEMBLE_MAX_TOKENS,
+    CPU_ENSEMBLE_MAX_ROWS,
     GPU_ENSEMBLE_MAX_TOKENS,
     MAX_ENSEMBLE_MEMBERS,
     executions,
+    member_rows_per_op,
     member_tokens_per_step,
     members_for_memory,
     plan_jobs,
@@ -124,15 +125,28 @@ def test_on_a_gpu_members_with_large_steps_train_alone(monkeypatch):
 
 
 def test_on_a_cpu_members_with_large_steps_train_alone(monkeypatch):
-    """On a CPU a member step of CPU_ENSEMBLE_MAX_TOKENS tokens or more trains alone (the
-    stacked step ran at 0.58x of a lone run's member-steps/s there); smaller steps batch."""
+    """On a CPU a member whose ops see CPU_ENSEMBLE_MAX_ROWS rows or more trains alone (the
+    stacked step ran at 0.74-0.92x of a lone run's member-steps/s there); smaller steps batch."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     small = [tiny_config(f"seed={s}") for s in (0, 1)]
-    rows = -(-CPU_ENSEMBLE_MAX_TOKENS // build_task(small[0].task).max_length)  # ceil
+    rows = -(-CPU_ENSEMBLE_MAX_ROWS // build_task(small[0].task).max_length)  # ceil
     large = [tiny_config(f"seed={s}", f"train.batch_size={rows}") for s in (0, 1)]
-    assert member_tokens_per_step(large[0]) >= CPU_ENSEMBLE_MAX_TOKENS
-    assert member_tokens_per_step(small[0]) < CPU_ENSEMBLE_MAX_TOKENS
+    assert member_tokens_per_step(large[0]) >= CPU_ENSEMBLE_MAX_ROWS
+    assert member_tokens_per_step(small[0]) < CPU_ENSEMBLE_MAX_ROWS
     assert executions(small + large, True) == ["ensemble"] * 2 + ["alone"] * 2
+
+
+def test_on_a_cpu_row_at_a_time_models_count_batch_rows_not_tokens(monkeypatch):
+    """An FNN reads each row as one vector, so its ops see the batch rows: a step of more
+    tokens than the CPU limit still batches while the rows are fewer."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    fnn = [build_run_config({}, ["task.name=add_mul", "model.name=fnn", "model.hidden=[16]",
+                                 "train.batch_size=128", f"seed={s}"]) for s in (0, 1)]
+    assert member_tokens_per_step(fnn[0]) >= CPU_ENSEMBLE_MAX_ROWS
+    assert member_rows_per_op(fnn[0]) == 128 < CPU_ENSEMBLE_MAX_ROWS
+    transformer = [tiny_config(f"seed={s}") for s in (0, 1)]
+    assert member_rows_per_op(transformer[0]) == member_tokens_per_step(transformer[0])
+    assert executions(fnn, True) == ["ensemble"] * 2
 
 
 def test_ensemble_sizes_respect_a_memory_budget(tmp_path):

@@ -44,9 +44,11 @@ GPU_ENSEMBLE_MAX_TOKENS = 16_384
 # (208 tokens a step) K=2 0.83x, K=4 1.26x; at batch 32 (416) 0.74x / 1.06x; symmetry
 # quick (830) 0.86x / 0.96x; symmetry default (1,660) 0.87-0.91x / 0.82x; init-scale
 # default (2,300) 0.92x / 0.78x; topics default (3,200) 1.03x / 1.05x; moe-lm at context
-# 128 (4,096) 0.58x at K=2. The seeds of every `default` preset therefore train as lone
-# runs on a CPU; a member whose step holds this many tokens or more trains alone there.
-CPU_ENSEMBLE_MAX_TOKENS = 512
+# 128 (4,096) 0.58x at K=2. A DNC, whose ops see the batch rows one time step at a time,
+# gains: repeat copy 0.20 s an iteration alone, 0.54 s for 3 stacked members (1.11x). So a
+# member whose ops see this many rows or more (member_rows_per_op) trains alone on a CPU:
+# the transformer seeds of every `default` preset do, DNC and FNN seeds batch.
+CPU_ENSEMBLE_MAX_ROWS = 512
 
 
 _TASK_SHAPES: dict[str, tuple[int, int]] = {}  # task config (JSON) -> (vocabulary, longest row)
@@ -69,13 +71,27 @@ def member_tokens_per_step(config: RunConfig) -> int:
     return config.train.batch_size * task_shape(config)[1]
 
 
+# Models whose ops see one batch row at a time, not every position at once: the DNC steps
+# through time, an FNN reads a row as one flat vector.
+ROW_AT_A_TIME_MODELS = frozenset({"dnc", "fnn"})
+
+
+def member_rows_per_op(config: RunConfig) -> int:
+    """How many rows one op of a member's step works on, which decides whether stacking
+    members amortises per-op overhead on a CPU: the step's tokens for models that process
+    every position at once, the batch rows for :data:`ROW_AT_A_TIME_MODELS`."""
+    if config.model.name in ROW_AT_A_TIME_MODELS:
+        return config.train.batch_size
+    return member_tokens_per_step(config)
+
+
 def ensembles_pay_off(config: RunConfig) -> bool:
     """Whether batching this run with others is worth it on the device it trains on. On a
     GPU when a member's step is small (it leaves the GPU launch-bound), not when it holds
     ``GPU_ENSEMBLE_MAX_TOKENS`` tokens or more. On a CPU only without dropout, for
-    decoder-only models and below ``CPU_ENSEMBLE_MAX_TOKENS`` tokens a step: the stacked
-    step saves little there, and lone runs keep the exact dropout masks and run ids of a
-    lone run."""
+    decoder-only models and while a member's ops see fewer than ``CPU_ENSEMBLE_MAX_ROWS``
+    rows (:func:`member_rows_per_op`): the stacked step saves little there, and lone runs
+    keep the exact dropout masks and run ids of a lone run."""
     import torch
 
     from sglab.models.dropout import dropout_fields_on
@@ -85,7 +101,7 @@ def ensembles_pay_off(config: RunConfig) -> bool:
         return member_tokens_per_step(config) < GPU_ENSEMBLE_MAX_TOKENS
     if dropout_fields_on(config.model) or getattr(config.model, "encoder_decoder", False):
         return False
-    return member_tokens_per_step(config) < CPU_ENSEMBLE_MAX_TOKENS
+    return member_rows_per_op(config) < CPU_ENSEMBLE_MAX_ROWS
 
 
 def members_for_memory(member_bytes: int, budget_bytes: int,
