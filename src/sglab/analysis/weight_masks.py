@@ -79,6 +79,14 @@ def sharing_per_layer(mask_sets: dict[str, Masks]) -> dict[str, dict[str, float]
                    for layer in layers} for i, name in enumerate(names)}
 
 
+def total_sharing(mask_sets: dict[str, Masks]) -> dict[str, float]:
+    """{mask name: shared proportion with the other masks over all its layers together}
+    (the totals of thesis Figs B.4-B.5; every mask set has the same layers)."""
+    names = list(mask_sets)
+    flat = [_flat(mask_sets[name], list(mask_sets[names[0]])) for name in names]
+    return {name: shared_proportion(flat, i) for i, name in enumerate(names)}
+
+
 def transfer_sharing(current: torch.Tensor, earlier: list[torch.Tensor]) -> float:
     """|M_t and (OR_{s<t} M_s)| / |M_t| (thesis Figs 3.4, B.7)."""
     return shared_proportion([current, *earlier], 0) if earlier else 0.0
@@ -143,7 +151,12 @@ def logit_histogram(logits: Masks, bins: int = 500) -> tuple[torch.Tensor, torch
 def masks_iou(a: Masks, b: Masks) -> float:
     """IoU of two mask sets over all their weights together (mask stability, thesis B.2.1:
     two mask seeds on one net, 93.26 ± 0.96%)."""
-    return iou(torch.cat([a[n].flatten() for n in a]), torch.cat([b[n].flatten() for n in a]))
+    return iou(_flat(a, list(a)), _flat(b, list(a)))
+
+
+def _flat(masks: Masks, names: list[str]) -> torch.Tensor:
+    """The masks of ``names`` as one flat tensor."""
+    return torch.cat([masks[n].flatten() for n in names])
 
 
 def relative_drops(reference: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
