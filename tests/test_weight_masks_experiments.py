@@ -73,3 +73,12 @@ def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
     for splits in (["addprim_jump"], ["simple", "jump"], ["simple", "simple"]):
         with pytest.raises(SglabError, match="include 'simple'"):
             scan.arms({**scan.preset("quick"), "splits": splits})
+
+
+def test_lstm_nets_train_their_own_number_of_steps():
+    add_mul = experiment("masks-add-mul")
+    params = add_mul.preset("default")
+    steps = {arm.labels["model"]: arm.config().train.steps for arm in add_mul.arms(params)}
+    assert steps == {"FNN": params["base_steps"], "LSTM": params["lstm_base_steps"]}
+    del params["lstm_base_steps"]  # without it every net trains base_steps
+    assert {arm.config().train.steps for arm in add_mul.arms(params)} == {params["base_steps"]}
