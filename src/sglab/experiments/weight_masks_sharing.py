@@ -37,6 +37,11 @@ def size_label(hidden: list[int]) -> str:
     return "-".join(map(str, hidden))
 
 
+def task_config(params: dict[str, Any], subset: str) -> dict[str, Any]:
+    """The add/mul task, trained on ``subset`` (all, add or mul)."""
+    return {"name": "add_mul", "subset": subset, "valid_size": params["valid_size"]}
+
+
 def preset(sizes, betas, base_steps, mask_steps, seeds, valid) -> dict[str, Any]:
     return {"sizes": sizes, "betas": betas, "base_steps": base_steps, "mask_steps": mask_steps,
             "seeds": seeds, "valid_size": valid, "batch": 128,
@@ -74,8 +79,7 @@ class MaskSharing(Experiment):
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """The nets, one per size and seed (the masks follow, see :meth:`stages`)."""
         self.check(params)
-        task = {"name": "add_mul", "subset": "all", "valid_size": params["valid_size"]}
-        return [base_arm(params, {"size": size}, task,
+        return [base_arm(params, {"size": size}, task_config(params, "all"),
                          {"name": "fnn", "hidden": hidden, "outputs": 2}, seed)
                 for hidden in params["sizes"] for size in [size_label(hidden)]
                 for seed in params["seeds"]]
@@ -83,8 +87,7 @@ class MaskSharing(Experiment):
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         return [mask_arm({**params, "beta": beta}, base,
                          {"size": base["size"], "beta": beta_label(beta), "mask": mask},
-                         {"name": "add_mul", "subset": subset,
-                          "valid_size": params["valid_size"]}, base.seed)
+                         task_config(params, subset), base.seed)
                 for base in bases for beta in params["betas"] for mask, subset in MASKS.items()]
 
     def stages(self, params):
@@ -138,7 +141,6 @@ class MaskSharing(Experiment):
 
     # ------------------------------------------------------------------ report
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        self.check(params)
         measured = self.measured(params, runs)
         sizes = [size_label(h) for h in params["sizes"]]
         betas = [beta_label(b) for b in params["betas"]]
