@@ -10,8 +10,9 @@ the global generator's dropout) and as a one-member ensemble (vmapped, keyed dro
 masks). Reports steps/s, member-steps/s, tokens/s over all members, peak GPU memory and
 the achieved share of a large matmul's FLOP/s (bf16 on a GPU when the preset trains in
 bf16, float32 otherwise) measured in the same process. Evaluation and checkpoints happen
-only at the last step and are excluded from the rates. A size that runs out of memory
-ends the list.
+only at the last step and are excluded from the rates; ``--warmup N`` also leaves out the
+first N steps (``torch.compile``'s tracing, allocator growth), which a compiled step needs. A
+size that runs out of memory ends the list.
 
 ``--grid`` adds the projected wall time of the preset's whole grid at the best measured
 member-steps/s (every run to its last step, no early stop, one process) and its floor:
@@ -39,11 +40,35 @@ from sglab.train import Trainer
 from sglab.train.ensemble import EnsembleTrainer
 
 
-def _train(configs, lone: bool) -> list[dict]:
+def _train(configs, lone: bool, warmup: int = 0) -> list[dict]:
+    """Train the configs (alone: the first one) and return their summaries. With ``warmup``
+    > 0 each summary's rates are replaced by those of the steps after the first ``warmup``
+    (compilation, autotuning and allocator growth happen there), read from the training
+    records, which are logged every ``warmup`` steps."""
     with tempfile.TemporaryDirectory() as runs_dir:
         if lone:
-            return [Trainer(configs[0], runs_dir, printer=None).run()]
-        return EnsembleTrainer(configs, runs_dir, printer=None).run()
+            summaries = [Trainer(configs[0], runs_dir, printer=None).run()]
+        else:
+            summaries = EnsembleTrainer(configs, runs_dir, printer=None).run()
+        if warmup:
+            for summary in summaries:
+                _steady_rates(summary, Path(runs_dir) / summary["run_id"], warmup)
+        return summaries
+
+
+def _steady_rates(summary: dict, run_dir: Path, warmup: int) -> None:
+    """Steps/s and tokens/s between the training records at step ``warmup`` and at the last
+    step (a step's training record is written before its evaluation and checkpoint)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r.get("kind") == "train"]
+    first = next(r for r in train if r["step"] >= warmup)
+    last = train[-1]
+    steps, seconds = last["step"] - first["step"], last["seconds"] - first["seconds"]
+    if steps <= 0 or seconds <= 0:
+        raise SystemExit(f"no training records after step {warmup} in {run_dir}")
+    tokens_per_step = summary["train_tokens_per_second"] / summary["train_steps_per_second"]
+    summary["train_steps_per_second"] = steps / seconds
+    summary["train_tokens_per_second"] = steps / seconds * tokens_per_step
 
 
 def _profile(configs) -> None:
@@ -62,6 +87,10 @@ def main() -> int:
     parser.add_argument("--preset", default="paper")
     parser.add_argument("--members", default="1,4,16,64", help="comma-separated ensemble sizes")
     parser.add_argument("--steps", type=int, default=100, help="training steps per measurement")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="steps left out of the rates (compilation, first-step costs); the "
+                        "measurement trains warmup + steps steps and times the last steps; "
+                        "steps must be a multiple of warmup")
     parser.add_argument("--quick", action="store_true",
                         help="the experiment's quick preset, members 1,2,4, 30 steps (runs on CPU)")
     parser.add_argument("--grid", action="store_true",
@@ -79,8 +108,12 @@ def main() -> int:
     template = preset_configs[0].to_dict()
     template.pop("seed", None)
     steps = 10 if args.profile else args.steps
-    fixed = [f"train.steps={steps}", f"train.eval_interval={steps}",
-             f"train.checkpoint_interval={steps}", f"train.log_interval={steps}",
+    warmup = 0 if args.profile else args.warmup
+    if warmup and steps % warmup:
+        parser.error(f"--steps ({steps}) must be a multiple of --warmup ({warmup})")
+    total = steps + warmup
+    fixed = [f"train.steps={total}", f"train.eval_interval={total}",
+             f"train.checkpoint_interval={total}", f"train.log_interval={warmup or total}",
              "train.early_stop_metric=null", "train.early_stop_threshold=null",
              "train.eval_max_examples=64"] + args.set
     probe = build_run_config(template, fixed + ["seed=0"])
@@ -111,7 +144,7 @@ def main() -> int:
             torch.cuda.reset_peak_memory_stats()
         row = {"members": size, "execution": "lone" if lone else "ensemble"}
         try:
-            summaries = _train(configs, lone)
+            summaries = _train(configs, lone, warmup)
         except torch.OutOfMemoryError:
             row["error"] = "out of memory"
             rows.append(row)

@@ -6,6 +6,7 @@ import torch
 from sglab.cli import main
 from sglab.config import build_run_config
 from sglab.store import RunStore
+from sglab.tasks import build_task
 from sglab.train.ensemble import EnsembleTrainer, ensemble_key
 from sglab.train.loop import Trainer, execution_run_id, load_trained
 from tests.conftest import tiny_config
@@ -65,6 +66,23 @@ def test_ensemble_of_copy_gated_geometric_members_matches_alone(tmp_path):
     configs = member_configs("model.attention_mask=bidirectional", "model.pos_encoding=none",
                              "model.attention=geometric", "model.copy_gate=true",
                              "model.norm=post", "model.shared_layers=true")
+    assert_same_as_alone(configs, tmp_path)
+
+
+def test_ensemble_of_classifiers_on_batches_of_different_widths_matches_alone(tmp_path):
+    # CTL with one length per batch (the thesis's bucketed batches): each member's batch
+    # has its own width, while a classifier's target is one readout slot, not a row of
+    # next-token targets
+    configs = member_configs("task.name=ctl", "task.train_sampling=bucketed",
+                             "task.train_size=300", "task.test_size=64",
+                             "model.attention_mask=bidirectional", "model.pos_encoding=none",
+                             "model.readout=last")
+    widths = {configs[0].seed: None}
+    for config in configs:
+        task = build_task(config.task)
+        batch = task.train_batch(8, torch.Generator().manual_seed(config.seed), causal=False)
+        widths[config.seed] = batch.input_ids.shape[1]
+    assert len(set(widths.values())) > 1  # the members' first batches differ in width
     assert_same_as_alone(configs, tmp_path)
 
 

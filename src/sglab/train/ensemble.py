@@ -83,6 +83,8 @@ def _pad_and_stack(batches: list[Batch]) -> Batch:
     IGNORE targets and (for bidirectional models) masked keys, which changes no loss."""
     rows = max(b.input_ids.shape[0] for b in batches)
     width = max(b.input_ids.shape[1] for b in batches)
+    # next-token targets are as wide as the inputs; a classifier's one readout slot is not
+    target_width = max(b.targets.shape[1] for b in batches)
     has_mask = any(b.key_padding_mask is not None for b in batches)
     sources = None
     if batches[0].source_ids is not None:  # encoder-decoder: stack the encoder inputs too
@@ -92,7 +94,8 @@ def _pad_and_stack(batches: list[Batch]) -> Batch:
     for b in batches:
         r, w = b.input_ids.shape
         ids.append(torch.nn.functional.pad(b.input_ids, (0, width - w, 0, rows - r)))
-        targets.append(torch.nn.functional.pad(b.targets, (0, width - w, 0, rows - r), value=IGNORE))
+        targets.append(torch.nn.functional.pad(b.targets, (0, target_width - b.targets.shape[1],
+                                                           0, rows - r), value=IGNORE))
         if has_mask:
             mask = (b.key_padding_mask if b.key_padding_mask is not None
                     else torch.ones(r, w, dtype=torch.bool))
