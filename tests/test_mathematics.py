@@ -67,6 +67,49 @@ def test_task_holds_evaluation_questions_out_of_training(module):
     assert task.eval_splits == ["iid_valid", "ood_test"]
 
 
+def _level_task(module, difficulty, splits=True):
+    config = build_run_config({"task": {"name": "mathematics", "module": module,
+                                        "train_size": 2000, "eval_size": 300,
+                                        "train_difficulty": difficulty,
+                                        "difficulty_splits": splits},
+                               "model": {"name": "seq2seq"}})
+    return build_task(config.task)
+
+
+def _digits(question):
+    """Digits of the numbers in a question (not the template's "base 10")."""
+    return sum(len(re.sub(r"\D", "", x)) for x in re.findall(NUMBER, question.replace("base 10", "")))
+
+
+def test_difficulty_levels_are_thirds_of_the_training_range_and_held_out():
+    task = _level_task("numbers__place_value", "easy")
+    assert task.eval_splits == ["iid_valid", "ood_test", "easy_test", "medium_test", "hard_test"]
+    train = {q for q, _ in task.pairs_text("train")}
+    assert {len(parse_place_value(q)[1]) for q in train} == {2, 3, 4}  # easy: 2-4 digits
+    for level, lengths in (("easy", {2, 3, 4}), ("medium", {5, 6, 7}), ("hard", {8, 9})):
+        pairs = task.pairs_text(f"{level}_test")
+        assert len(pairs) == 300 and not train & {q for q, _ in pairs}
+        assert {len(parse_place_value(q)[1]) for q, _ in pairs} == lengths
+    # add_or_sub: entropy [3, 5.33) for easy, [7.67, 10] for hard; a number has at most as
+    # many digits as the entropy share it was drawn with, rounded
+    task = _level_task("arithmetic__add_or_sub", "all")
+    easy = [_digits(q) for q, _ in task.pairs_text("easy_test")]
+    hard = [_digits(q) for q, _ in task.pairs_text("hard_test")]
+    assert max(easy) <= 6 and np.mean(hard) > max(easy)
+    assert max(_digits(q) for q, _ in task.pairs_text("train")) > 6  # every level trains
+
+
+def test_difficulty_splits_leave_the_other_splits_as_they_were():
+    plain = _level_task("arithmetic__add_or_sub", "all", splits=False)
+    levels = _level_task("arithmetic__add_or_sub", "all")
+    assert plain.eval_splits == ["iid_valid", "ood_test"]
+    for split in ("iid_valid", "ood_test"):
+        assert plain.pairs_text(split) == levels.pairs_text(split)
+    # training loses only the questions the level splits hold out
+    held = {q for level in ("easy", "medium", "hard") for q, _ in levels.pairs_text(f"{level}_test")}
+    assert [p for p in plain.pairs_text("train") if p[0] not in held] == levels.pairs_text("train")
+
+
 @pytest.mark.parametrize(("number", "position", "question", "answer"), [
     ("17105927", 2, "What is the hundreds digit of 17105927?", "9"),  # thesis example
     ("17105927", 0, "What is the units digit of 17105927?", "7"),

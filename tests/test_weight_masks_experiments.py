@@ -82,3 +82,55 @@ def test_lstm_nets_train_their_own_number_of_steps():
     assert steps == {"FNN": params["base_steps"], "LSTM": params["lstm_base_steps"]}
     del params["lstm_base_steps"]  # without it every net trains base_steps
     assert {arm.config().train.steps for arm in add_mul.arms(params)} == {params["base_steps"]}
+
+
+def test_masks_math_quick_preset_end_to_end(tmp_path):
+    results = run_experiment(experiment("masks-math"), "quick", tmp_path / "out",
+                             tmp_path / "runs", workers=1, threads=1, printer=lambda line: None)
+    base = [x["run_id"] for x in results["labels"] if x["role"] == "base"]
+    masks = {x["mask"]: x["run_id"] for x in results["labels"] if x["role"] == "mask"}
+    assert len(base) == 1 and set(masks) == {"iid", "easy"}
+    base_config = (tmp_path / "runs" / base[0] / "config.yaml").read_text()
+    assert "difficulty_splits: true" in base_config and "train_difficulty: all" in base_config
+    for mask, difficulty in (("iid", "all"), ("easy", "easy")):  # both on the one base net
+        config = (tmp_path / "runs" / masks[mask] / "config.yaml").read_text()
+        assert f"base_run: {base[0]}" in config and "mask_samples: 8" in config
+        assert f"train_difficulty: {difficulty}" in config
+    assert {c["id"] for c in results["claims"]} == {
+        "iid-mask-keeps-hard", "easy-mask-keeps-easy", "easy-mask-loses-hard"}
+    assert all(c["passed"] is None for c in results["claims"])  # the quick net learns nothing
+    accuracy = results["sections"][0]["tables"][0]
+    assert [row[0] for row in accuracy["rows"]] == ["easy_test", "medium_test", "hard_test"]
+    assert accuracy["columns"][1:] == ["no mask", "IID mask (all levels)", "easy mask"]
+
+
+def seed(easy, medium, hard):
+    """Measures of one seed: per test level, (no mask, IID mask, easy mask) exact match."""
+    levels = {"easy": easy, "medium": medium, "hard": hard}
+    return {"accuracy": {level: dict(zip(("none", "iid", "easy"), values))
+                         for level, values in levels.items()}}
+
+
+@pytest.mark.parametrize(("seeds", "verdicts"), [
+    # Fig. 3.6's pattern: the IID mask keeps hard, the easy mask keeps easy but loses hard
+    ([seed((0.99, 0.98, 0.97), (0.9, 0.9, 0.6), (0.9, 0.88, 0.4))], [True, True, True]),
+    # the easy mask is no working subnetwork for easy: its loss on hard means nothing
+    ([seed((0.99, 0.98, 0.5), (0.9, 0.9, 0.6), (0.9, 0.88, 0.4))], [True, False, True]),
+    # one seed without a gap fails the gap claim; an IID mask that loses hard fails too
+    ([seed((1, 1, 1), (1, 1, 1), (0.9, 0.88, 0.4)), seed((1, 1, 1), (1, 1, 1), (0.9, 0.85, 0.8))],
+     [True, True, False]),
+    ([seed((1, 1, 1), (1, 1, 1), (0.9, 0.6, 0.4))], [False, True, True]),
+])
+def test_masks_math_claims_follow_the_measured_pattern(seeds, verdicts):
+    math = experiment("masks-math")
+    claims = math.checked_claims(math.preset("default"), seeds)
+    assert [c.id for c in claims] == ["iid-mask-keeps-hard", "easy-mask-keeps-easy",
+                                      "easy-mask-loses-hard"]
+    assert [c.passed for c in claims] == verdicts
+
+
+def test_masks_math_claims_wait_for_a_net_that_answers_hard_questions():
+    math = experiment("masks-math")
+    claims = math.checked_claims(math.preset("default"), [seed((1, 1, 1), (1, 1, 1), (0.3, 0.3, 0.1))])
+    assert all(c.passed is None for c in claims)
+    assert "0.300 exact match on the hard test set" in claims[0].evidence

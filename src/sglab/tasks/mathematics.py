@@ -18,6 +18,14 @@ ood_test          extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits
                   (the ``*_big`` modules)               place names: billions and up)
 ================  ===================================  =================================
 
+Difficulty levels (``difficulty_splits``, thesis App. B.3.7: the net trains on every level,
+a weight mask on ``easy`` alone, both are tested on ``hard``): the training range is cut
+into thirds, as the published generator cuts its entropy range into the easy, medium and
+hard training files (add_or_sub: entropy [3, 5.33), [5.33, 7.67), [7.67, 10]; place_value:
+2-4, 5-7, 8-9 digits). ``train_difficulty`` trains on one level; ``easy_test``,
+``medium_test`` and ``hard_test`` hold ``eval_size`` questions of each level, drawn from
+a stream of their own so the other splits stay as they are without them.
+
 As in the thesis code, questions that occur in an evaluation split are removed from
 training (deduplication by question text). In add_or_sub the entropy is split at
 random between the two operands; each operand is an integer or, with probability
@@ -55,6 +63,14 @@ MODULES = ("arithmetic__add_or_sub", "numbers__place_value")
 DIFFICULTY = {
     "arithmetic__add_or_sub": {"train": (3, 10), "iid_valid": (8, 10), "ood_test": (12, 14)},
     "numbers__place_value": {"train": (2, 9), "iid_valid": (2, 9), "ood_test": (10, 12)},
+}
+
+LEVELS = ("easy", "medium", "hard")
+# thirds of the training range: entropy for add_or_sub, inclusive digit counts for place_value
+DIFFICULTY_LEVELS = {
+    "arithmetic__add_or_sub": {"easy": (3, 3 + 7 / 3), "medium": (3 + 7 / 3, 3 + 14 / 3),
+                               "hard": (3 + 14 / 3, 10)},
+    "numbers__place_value": {"easy": (2, 4), "medium": (5, 7), "hard": (8, 9)},
 }
 
 
@@ -115,7 +131,14 @@ def place_value_example(rng: np.random.Generator, digits: int) -> tuple[str, str
 
 def generate(module: str, split: str, n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
     """``n`` examples of a module at a split's difficulty (duplicates possible)."""
-    low, high = DIFFICULTY[module][split]
+    return generate_in(module, DIFFICULTY[module][split], n, rng)
+
+
+def generate_in(module: str, difficulty: tuple[float, float], n: int,
+                rng: np.random.Generator) -> list[tuple[str, str]]:
+    """``n`` examples with entropy (add_or_sub) or digit count (place_value) drawn uniformly
+    from ``difficulty`` = (low, high)."""
+    low, high = difficulty
     if module == "arithmetic__add_or_sub":
         return [add_or_sub_example(rng, rng.uniform(low, high)) for _ in range(n)]
     return [place_value_example(rng, int(rng.integers(low, high + 1))) for _ in range(n)]
@@ -126,13 +149,21 @@ class MathematicsConfig(Seq2SeqTaskConfig):
     module: Literal["arithmetic__add_or_sub", "numbers__place_value"] = "numbers__place_value"
     train_size: int = Field(100_000, ge=10, description="Training questions (before dedup).")
     eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
+    train_difficulty: Literal["all", "easy", "medium", "hard"] = Field(
+        "all", description="Train on every difficulty or on one third of the training range "
+                           "(the published generator's easy / medium / hard training files).")
+    difficulty_splits: bool = Field(
+        False, description="Also evaluate on easy_test, medium_test and hard_test (eval_size "
+                           "questions of each level, kept out of training).")
 
     def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_test"]
+        levels = [f"{level}_test" for level in LEVELS] if self.difficulty_splits else []
+        return ["iid_valid", "ood_test", *levels]
 
 
 class MathematicsTask(Seq2SeqTask):
-    """Splits: ``train``, ``iid_valid`` (interpolate), ``ood_test`` (extrapolate).
+    """Splits: ``train``, ``iid_valid`` (interpolate), ``ood_test`` (extrapolate), and with
+    ``difficulty_splits`` ``easy_test``, ``medium_test``, ``hard_test``.
 
     place_value evaluations also log exact match per place, per number length and for
     places that training questions ask about vs new ones (:meth:`example_groups`)."""
@@ -144,8 +175,15 @@ class MathematicsTask(Seq2SeqTask):
         rng = np.random.default_rng(cfg.data_seed)
         held_out = {split: generate(cfg.module, split, cfg.eval_size, rng)
                     for split in ("iid_valid", "ood_test")}
+        if cfg.difficulty_splits:
+            levels = np.random.default_rng([cfg.data_seed, 1])
+            held_out.update({f"{level}_test": generate_in(cfg.module, range_, cfg.eval_size, levels)
+                             for level, range_ in DIFFICULTY_LEVELS[cfg.module].items()})
         seen = {q for examples in held_out.values() for q, _ in examples}
-        train = [e for e in generate(cfg.module, "train", cfg.train_size, rng) if e[0] not in seen]
+        difficulty = (DIFFICULTY[cfg.module]["train"] if cfg.train_difficulty == "all"
+                      else DIFFICULTY_LEVELS[cfg.module][cfg.train_difficulty])
+        train = [e for e in generate_in(cfg.module, difficulty, cfg.train_size, rng)
+                 if e[0] not in seen]
         return {"train": train, **held_out}
 
     def example_groups(self, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
