@@ -68,13 +68,13 @@ def mask_arm(params: dict[str, Any], base: FinishedRun, labels: dict[str, str],
     return Arm({"role": "mask", **labels}, config, seed=seed)
 
 
-def guarded(claims: list, base: float, what: str) -> list:
+def guarded(claims: list, base: float, what: str, minimum: float = BASE_MIN) -> list:
     """The claims, or each as not measurable when the unmasked nets reach only ``base``
-    (< BASE_MIN) on ``what``: masks are compared on nets that solve the task."""
-    if base >= BASE_MIN:
+    (< ``minimum``) on ``what``: masks are compared on nets that solve the task."""
+    if base >= minimum:
         return claims
     reason = (f"the unmasked nets reach only {base:.3f} {what} (the claims need >= "
-              f"{BASE_MIN}); train them longer (a larger preset)")
+              f"{minimum}); train them longer (a larger preset)")
     return [not_measurable(c.id, c.statement, reason) for c in claims]
 
 

@@ -28,6 +28,7 @@ for every seed.
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ import torch
 
 from sglab.analysis import weight_masks as wm
 from sglab.experiments.base import Experiment
-from sglab.experiments.claims import at_least, claim, greater_than, not_measurable
+from sglab.experiments.claims import at_least, claim, greater_than
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.experiments.weight_masks import guarded
 from sglab.experiments.weight_masks_scan import train_settings
 from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
@@ -63,6 +65,11 @@ def math_preset(d_model, d_ff, n_heads, n_layers, base_steps, mask_steps, batch,
 
 def test_set(level: str) -> str:
     return f"{level}_test"
+
+
+def accuracy(seeds: list[dict[str, Any]], level: str, mask: str) -> list[float]:
+    """Exact match on ``level``'s test set under ``mask`` (none / iid / easy), per seed."""
+    return [seed["accuracy"][level][mask] for seed in seeds]
 
 
 class MathMasks(Experiment):
@@ -120,15 +127,16 @@ class MathMasks(Experiment):
         """Exact match on each level's test set with no mask and under each mask (the same
         questions for all three), and the weights each mask keeps."""
         run = masks["iid"]
-        model = run.model()
-        final = {name: mask.model().final_masks() for name, mask in masks.items()}
+        models = {name: mask.model() for name, mask in masks.items()}
+        model = models["iid"].eval()
+        final = {name: masked.final_masks() for name, masked in models.items()}
         tried = {"none": {n: torch.ones_like(m) for n, m in final["iid"].items()}, **final}
         accuracy = {}
         for level in LEVELS:
             accuracy[level] = {}
             for name, chosen in tried.items():
                 with model.use_masks(chosen):
-                    record = run.task.evaluate(model.eval(), test_set(level), 512,
+                    record = run.task.evaluate(model, test_set(level), 512,
                                                params["eval_examples"])
                 accuracy[level][name] = record[f"{test_set(level)}/exact_match"]
         return {"accuracy": accuracy, "kept": {name: wm.count(m) for name, m in final.items()},
@@ -146,10 +154,7 @@ class MathMasks(Experiment):
     # ------------------------------------------------------------------ report
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         seeds = self.per_seed(params, runs)
-
-        def values(level: str, mask: str) -> list[float]:
-            return [s["accuracy"][level][mask] for s in seeds]
-
+        values = partial(accuracy, seeds)
         accuracy_table = {
             "title": "Exact match [%] on each difficulty's test set: the unmasked net (trained "
                      "on every level), the mask trained on every level and the mask trained on "
@@ -187,8 +192,7 @@ class MathMasks(Experiment):
         return {"claims": self.checked_claims(params, seeds), "sections": [section]}
 
     def checked_claims(self, params: dict[str, Any], seeds: list[dict[str, Any]]) -> list:
-        def values(level: str, mask: str) -> list[float]:
-            return [s["accuracy"][level][mask] for s in seeds]
+        values = partial(accuracy, seeds)
 
         def kept(level: str, mask: str) -> list[float]:
             return [m / max(n, 1e-9) for m, n in zip(values(level, mask), values(level, "none"))]
@@ -213,13 +217,8 @@ class MathMasks(Experiment):
                    "easy mask on hard": values("hard", "easy")},
                   [greater_than("IID mask on hard", "easy mask on hard", params["gap_min"])]),
         ]
-        base = min(values("hard", "none"))
-        if base >= params["base_min"]:
-            return claims
-        reason = (f"the unmasked nets reach only {base:.3f} exact match on the hard test set "
-                  f"(the claims need >= {params['base_min']}); train them longer (a larger "
-                  "preset)")
-        return [not_measurable(c.id, c.statement, reason) for c in claims]
+        return guarded(claims, min(values("hard", "none")), "exact match on the hard test set",
+                       params["base_min"])
 
 
 register_experiment(MathMasks())
