@@ -92,3 +92,55 @@ def test_ray_cli_rejects_pool_options(tmp_path, capsys):
     assert main(["sweep", str(spec), "--backend", "ray", "--workers", "2",
                  "--runs-dir", str(tmp_path / "r")]) == 2
     assert "--workers does not apply to --backend ray" in capsys.readouterr().err
+
+
+def test_run_on_ray_trains_every_stage_as_the_local_backend_does(local_ray, tmp_path, capsys):
+    """`sglab run NAME --backend ray`: a two-stage experiment (nets, then masks on them)
+    trains on Ray with the same run ids and the same numbers as on the local pool."""
+    import torch
+
+    def final_metrics(runs: Path, run_ids: list[str]) -> list[dict]:
+        return [json.loads((runs / rid / "summary.json").read_text())["final"] for rid in run_ids]
+
+    args = ["run", "masks-add-mul", "--preset", "quick", "--threads", "1"]
+    assert main(args + ["--backend", "ray", "--runs-dir", str(tmp_path / "ray-runs"),
+                        "--out", str(tmp_path / "ray-out")]) == 0
+    assert "sweep (ray)" in capsys.readouterr().out
+    # two local workers: the job plan of the 2-CPU Ray instance (ensembles split alike)
+    assert main(args + ["--workers", "2", "--runs-dir", str(tmp_path / "local-runs"),
+                        "--out", str(tmp_path / "local-out")]) == 0
+    on_ray = json.loads((tmp_path / "ray-out" / "results.json").read_text())
+    local = json.loads((tmp_path / "local-out" / "results.json").read_text())
+    assert on_ray["runs"] == local["runs"] and len(local["runs"]) > 2
+    assert {label["role"] for label in on_ray["labels"]} == {"base", "mask"}  # both stages
+    ray_final = final_metrics(tmp_path / "ray-runs", on_ray["runs"])
+    local_final = final_metrics(tmp_path / "local-runs", local["runs"])
+    for a, b in zip(ray_final, local_final):
+        assert a.keys() == b.keys()
+        assert all(torch.isclose(torch.tensor(float(a[k])), torch.tensor(float(b[k])))
+                   for k in a if k != "seconds")
+    assert [c["evidence"] for c in on_ray["claims"]] == [c["evidence"] for c in local["claims"]]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--backend", "ray", "--workers", "2"], "--workers does not apply to --backend ray"),
+    (["--address", "10.0.0.1:6379"], "--address only applies to --backend ray"),
+    (["--backend", "slurm"], "unknown backend 'slurm'; available: local, ray"),
+])
+def test_run_rejects_backend_options_that_do_not_apply(options, message, tmp_path, capsys):
+    assert main(["run", "masks-add-mul", "--preset", "quick", "--runs-dir", str(tmp_path / "r"),
+                 "--out", str(tmp_path / "o")] + options) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()
+
+
+def test_jobs_ask_ray_for_a_gpu_when_their_runs_train_on_cuda():
+    from sglab.config import build_run_config
+    from sglab.sweep.ray_backend import wants_gpu
+
+    def config(device: str):
+        return build_run_config(TINY, {"train.device": device})
+
+    assert wants_gpu(config("cuda"), 0) and wants_gpu(config("cuda"), 4)
+    assert wants_gpu(config("auto"), 1)  # the default device on a GPU cluster
+    assert not wants_gpu(config("auto"), 0) and not wants_gpu(config("cpu"), 8)

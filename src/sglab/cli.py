@@ -29,6 +29,11 @@ Threads = Annotated[int | None, typer.Option(
 NoEnsemble = Annotated[bool, typer.Option(
     "--no-ensemble", help="Train every run in its own process instead of batching compatible "
                           "runs (same shapes, different seeds/scalars) into ensembles.")]
+Backend = Annotated[str, typer.Option(
+    help="local (process pool on this machine) | ray (a Ray cluster; pip install "
+         "'sglab[ray]')")]
+Address = Annotated[str | None, typer.Option(
+    help="Ray cluster address (ray backend; default: start a local Ray instance).")]
 
 
 def _out(line: str) -> None:
@@ -128,17 +133,22 @@ def run(
     workers: Workers = None,
     threads: Threads = None,
     no_ensemble: NoEnsemble = False,
+    backend: Backend = "local",
+    address: Address = None,
 ):
     """Run a named experiment: train its grid, check its claims, write the report."""
     from sglab import registry
     from sglab.experiments import run_experiment
     from sglab.store import runs_dir_from
+    from sglab.sweep.backends import check_backend
 
+    check_backend(backend, address, workers)
     experiment = registry.experiment(name)
     out_dir = out or Path("results") / f"{name}-{preset}"
     results = run_experiment(experiment, preset, out_dir, runs_dir_from(
         str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
-        overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble)
+        overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble, backend=backend,
+        address=address)
     failed = [c for c in results["claims"] if c["passed"] is False]
     _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
 
@@ -146,11 +156,8 @@ def run(
 @app.command()
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep YAML (base, grid, seeds).")],
-    backend: Annotated[str, typer.Option(
-        help="local (process pool on this machine) | ray (a Ray cluster; pip install "
-             "'sglab[ray]')")] = "local",
-    address: Annotated[str | None, typer.Option(
-        help="Ray cluster address (ray backend; default: start a local Ray instance).")] = None,
+    backend: Backend = "local",
+    address: Address = None,
     preset: Annotated[str | None, typer.Option(
         help="Start from an experiment preset's base config (EXPERIMENT:PRESET); the "
              "sweep file's base is applied on top.")] = None,
@@ -164,29 +171,19 @@ def sweep(
     """Run a grid x seeds sweep; rerunning skips finished runs and resumes the others."""
     from sglab.report.run import sweep_report
     from sglab.store import runs_dir_from
-    from sglab.sweep import expand, load_sweep, run_configs
+    from sglab.sweep import expand, load_sweep
+    from sglab.sweep.backends import check_backend, train_configs
 
-    if backend not in ("local", "ray"):
-        raise SglabError(f"unknown backend {backend!r}; available: local, ray")
-    if address and backend != "ray":
-        raise SglabError("--address only applies to --backend ray")
+    check_backend(backend, address, workers)
     spec_data = load_sweep(spec)
     if preset:
         spec_data.base = _preset_base(preset, spec_data.base)
     configs = expand(spec_data, list(set_ or []))
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
     tag = f"sweep/{spec_data.name}"
-    if backend == "ray":
-        from sglab.sweep.ray_backend import run_configs_ray
-
-        if workers:
-            raise SglabError("--workers does not apply to --backend ray (Ray places the jobs); "
-                             "use --threads for the CPUs per job")
-        summaries = run_configs_ray(configs, root, address=address, threads=threads, tag=tag,
-                                    printer=_out, ensemble=not no_ensemble)
-    else:
-        summaries = run_configs(configs, root, workers=workers, threads=threads, tag=tag,
-                                printer=_out, ensemble=not no_ensemble)
+    summaries = train_configs(configs, root, backend=backend, address=address, workers=workers,
+                              threads=threads, tag=tag, quiet=backend == "ray", printer=_out,
+                              ensemble=not no_ensemble)
     out_dir = out or Path("results") / spec_data.name
     _out(f"report: {sweep_report(spec_data, configs, summaries, out_dir)}")
     if any(s.get("status") != "finished" for s in summaries):

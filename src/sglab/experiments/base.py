@@ -23,7 +23,7 @@ from sglab.experiments.claims import Claim
 from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
 from sglab.report import write_report
 from sglab.store import RunStore, write_labels
-from sglab.sweep.local import run_configs
+from sglab.sweep.backends import backend_session, check_backend, train_configs
 
 
 class Experiment:
@@ -91,24 +91,30 @@ class Experiment:
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                    runs_dir: str | Path, workers: int | None = None, threads: int | None = None,
                    seeds: int | None = None, overrides: list[str] | None = None,
-                   printer=print, ensemble: bool = True) -> dict[str, Any]:
-    """Train (or reuse) every run of the preset, analyze, write results.json + report.html."""
+                   printer=print, ensemble: bool = True, backend: str = "local",
+                   address: str | None = None) -> dict[str, Any]:
+    """Train (or reuse) every run of the preset, analyze, write results.json + report.html.
+
+    ``backend`` picks where the runs train (``local`` process pool or ``ray``; see
+    :mod:`sglab.sweep.backends`); the analysis always runs here."""
     started = time.perf_counter()
+    check_backend(backend, address, workers)
     params, overrides = experiment.settings(experiment.preset(preset, seeds), list(overrides or []))
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     arms, configs, summaries = [], [], []
-    for stage in experiment.stages(params):
-        stage_arms = stage(finished_runs(arms, configs, summaries, runs_dir))
-        stage_configs = build_arm_configs(experiment.name, stage_arms, overrides)
-        experiment.check_data(stage_configs)
-        stage_summaries = run_configs(stage_configs, runs_dir, workers=workers, threads=threads,
-                                      tag=f"{experiment.name}/{preset}",
-                                      quiet=params.get("quiet", False), printer=printer,
-                                      ensemble=ensemble)
-        arms, configs = arms + stage_arms, configs + stage_configs
-        summaries = summaries + stage_summaries
-        if any(s.get("status") != "finished" for s in stage_summaries):
-            break
+    with backend_session(backend, address):
+        for stage in experiment.stages(params):
+            stage_arms = stage(finished_runs(arms, configs, summaries, runs_dir))
+            stage_configs = build_arm_configs(experiment.name, stage_arms, overrides)
+            experiment.check_data(stage_configs)
+            stage_summaries = train_configs(
+                stage_configs, runs_dir, backend=backend, address=address, workers=workers,
+                threads=threads, tag=f"{experiment.name}/{preset}",
+                quiet=params.get("quiet", False), printer=printer, ensemble=ensemble)
+            arms, configs = arms + stage_arms, configs + stage_configs
+            summaries = summaries + stage_summaries
+            if any(s.get("status") != "finished" for s in stage_summaries):
+                break
     failed = [s for s in summaries if s.get("status") != "finished"]
     if failed:
         raise SglabError(f"{len(failed)} run(s) failed, e.g. {failed[0]['run_id']}: "

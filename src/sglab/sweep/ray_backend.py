@@ -1,10 +1,11 @@
-"""Run a sweep's jobs as Ray tasks (``sglab sweep --backend ray [--address ADDR]``).
+"""Run a sweep's or an experiment's jobs as Ray tasks (``sglab sweep|run ... --backend ray
+[--address ADDR]``).
 
 The same job plan and the same job function as the local backend
 (:mod:`sglab.sweep.jobs`): each job (a run or an ensemble) is one Ray task asking for
-its threads as CPUs (and a GPU when the runs train on CUDA). Results go to the run
-store at ``runs_dir``, which must be a path every Ray node can write (a shared file
-system on a cluster). A task whose worker dies is retried by Ray, and the retry
+its threads as CPUs (and a GPU when the runs train on CUDA, see :func:`wants_gpu`).
+Results go to the run store at ``runs_dir``, which must be a path every Ray node can write
+(a shared file system on a cluster). A task whose worker dies is retried by Ray, and the retry
 resumes from the runs' last checkpoints. Ray is an optional extra:
 ``pip install 'sglab[ray]'``.
 """
@@ -29,6 +30,13 @@ def import_ray():
     return ray
 
 
+def wants_gpu(config: RunConfig, cluster_gpus: int) -> bool:
+    """A job asks Ray for a GPU when its runs train on CUDA: ``train.device=cuda``, or
+    ``auto`` (the default) on a cluster that has GPUs. Without the request Ray hides every GPU
+    from the task, and an ``auto`` run would train on the CPU."""
+    return config.train.device == "cuda" or (config.train.device == "auto" and cluster_gpus > 0)
+
+
 def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str | None = None,
                     threads: int | None = None, tag: str | None = None, quiet: bool = True,
                     printer=print, ensemble: bool = True, max_retries: int = 3,
@@ -43,16 +51,18 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                  configure_logging=False)
     try:
         cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
+        cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
         threads = threads or 1
         jobs = plan_jobs(configs, runs_dir, ensemble=ensemble,
                          min_jobs=max(cluster_cpus // threads, 1))
         printer(f"sweep (ray): {len(configs)} runs as {describe_jobs(jobs)}; "
-                f"{cluster_cpus} CPU(s) in the cluster, {threads} per job")
+                f"{cluster_cpus} CPU(s) and {cluster_gpus} GPU(s) in the cluster, {threads} CPU(s) "
+                "per job" + (", one GPU per CUDA job" if cluster_gpus else ""))
         remote = ray.remote(run_job)
         modes, run_ids = executions(configs, ensemble), sweep_run_ids(configs, ensemble)
         pending = {}
         for job in jobs:
-            gpus = 1 if any(configs[i].train.device == "cuda" for i in job) else 0
+            gpus = 1 if any(wants_gpu(configs[i], cluster_gpus) for i in job) else 0
             options = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries,
                                      retry_exceptions=False)
             ref = options.remote([configs[i].to_dict() for i in job], runs_dir, threads, tag, quiet,
