@@ -31,7 +31,7 @@ NoEnsemble = Annotated[bool, typer.Option(
                           "runs (same shapes, different seeds/scalars) into ensembles.")]
 Backend = Annotated[str, typer.Option(
     help="local (process pool on this machine) | ray (a Ray cluster; pip install "
-         "'sglab[ray]')")]
+         "'sglab\\[ray]')")]
 Address = Annotated[str | None, typer.Option(
     help="Ray cluster address (ray backend; default: start a local Ray instance).")]
 
