@@ -140,9 +140,7 @@ def run(
     from sglab import registry
     from sglab.experiments import run_experiment
     from sglab.store import runs_dir_from
-    from sglab.sweep.backends import check_backend
 
-    check_backend(backend, address, workers)
     experiment = registry.experiment(name)
     out_dir = out or Path("results") / f"{name}-{preset}"
     results = run_experiment(experiment, preset, out_dir, runs_dir_from(

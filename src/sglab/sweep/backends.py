@@ -36,18 +36,10 @@ def backend_session(backend: str, address: str | None = None) -> Iterator[None]:
     if backend != "ray":
         yield
         return
-    from sglab.sweep.ray_backend import import_ray
+    from sglab.sweep.ray_backend import ray_session
 
-    ray = import_ray()
-    if ray.is_initialized():
+    with ray_session(address):
         yield
-        return
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def train_configs(configs: list[RunConfig], runs_dir: str | Path, backend: str = "local",
@@ -59,8 +51,6 @@ def train_configs(configs: list[RunConfig], runs_dir: str | Path, backend: str =
     if backend == "ray":
         from sglab.sweep.ray_backend import run_configs_ray
 
-        if not configs:
-            return []
         return run_configs_ray(configs, runs_dir, address=address, threads=threads, tag=tag,
                                quiet=quiet, printer=printer, ensemble=ensemble)
     from sglab.sweep.local import run_configs

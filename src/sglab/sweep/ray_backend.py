@@ -13,6 +13,8 @@ resumes from the runs' last checkpoints. Ray is an optional extra:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sglab.config import RunConfig
@@ -30,6 +32,22 @@ def import_ray():
     return ray
 
 
+@contextmanager
+def ray_session(address: str | None = None, log_to_driver: bool = False) -> Iterator[None]:
+    """Connect to Ray for the block (a cluster at ``address``, else a local instance) and
+    disconnect after it; inside a connection that is already open, just use that one."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
+             configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def wants_gpu(config: RunConfig, cluster_gpus: int) -> bool:
     """A job asks Ray for a GPU when its runs train on CUDA: ``train.device=cuda``, or
     ``auto`` (the default) on a cluster that has GPUs. Without the request Ray hides every GPU
@@ -42,16 +60,14 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                     printer=print, ensemble: bool = True, max_retries: int = 3,
                     poll_seconds: float = 10.0) -> list[dict]:
     """Train every config on a Ray cluster (or a local Ray instance when address is None)."""
+    if not configs:
+        return []
     ray = import_ray()
     runs_dir = str(Path(runs_dir).resolve())
     RunStore(runs_dir).ensure()
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
-                 configure_logging=False)
-    try:
-        cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
-        cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
+    with ray_session(address, log_to_driver=not quiet):
+        resources = ray.cluster_resources()
+        cluster_cpus, cluster_gpus = int(resources.get("CPU", 1)), int(resources.get("GPU", 0))
         threads = threads or 1
         jobs = plan_jobs(configs, runs_dir, ensemble=ensemble,
                          min_jobs=max(cluster_cpus // threads, 1))
@@ -88,6 +104,3 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                         "running or queued")
                 last_report = time.monotonic()
         return results  # type: ignore[return-value]
-    finally:
-        if started_here:
-            ray.shutdown()
