@@ -136,6 +136,16 @@ def test_arithmetic_values_depths_and_splits():
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
 
 
+def test_arithmetic_modulus_bounds_the_digits_and_the_labels():
+    task = _task("arithmetic", train_size=600, modulus=5)
+    for split in ("train", "ood_test"):
+        data = task.split(split)
+        for i in range(len(data)):
+            text = "".join(task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1]))
+            assert all(char in "()+*01234" for char in text)
+            assert task.vocab.decode([data.labels[i]]) == [str(eval(text) % 5)]
+
+
 def _operand_depths(text):
     """(left depth, right depth) of every operation, from the fully bracketed text."""
     pairs = []

@@ -14,7 +14,8 @@ chains ``(4*(7+(2*...)))`` with small side branches; ``random`` mixes left- and
 right-nested chains, a harder task than the thesis's. Splits by depth, each balanced
 over its depths: train 1-5, ``ood_valid`` 6 (model selection), ``ood_test`` 7-8;
 ``iid_valid`` holds held-out expressions of training depths 2-5 (all 200 depth-1
-expressions stay available to training).
+expressions stay available to training). ``modulus`` m < 10 draws the leaves from the
+digits 0..m-1 and takes every value mod m (the thesis code's ``nnums``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class ArithmeticConfig(TaskConfig):
     deep_operand: Literal["random", "right"] = Field(
         "random", description="Side of the deeper operand of each operation on the deepest "
                               "path: a random side, or right (the thesis code's data).")
+    modulus: int = Field(10, ge=2, le=10, description=(
+        "Leaves are the digits 0..modulus-1 and every value is taken mod this (the thesis: 10)."))
     boundary_tokens: bool = True
 
     @model_validator(mode="after")
@@ -66,23 +69,23 @@ class ArithmeticConfig(TaskConfig):
 
 
 def generate(depth: int, rng: np.random.Generator, p_subtree: float,
-             deep_right: bool = False) -> tuple[str, int]:
-    """(expression text, value mod 10) of an expression of exactly ``depth`` operations deep.
+             deep_right: bool = False, modulus: int = 10) -> tuple[str, int]:
+    """(expression text, value mod ``modulus``) of an expression ``depth`` operations deep.
 
     ``deep_right``: the deeper operand of every operation on the deepest path is the right
     one (the shallow operands' own operands stay on random sides)."""
     if depth == 0:
-        digit = int(rng.integers(10))
+        digit = int(rng.integers(modulus))
         return str(digit), digit
-    deep = generate(depth - 1, rng, p_subtree, deep_right)
+    deep = generate(depth - 1, rng, p_subtree, deep_right, modulus)
     other_depth = 0
     while other_depth < depth - 1 and rng.random() < p_subtree:
         other_depth += 1
-    other = generate(other_depth, rng, p_subtree)
+    other = generate(other_depth, rng, p_subtree, modulus=modulus)
     deep_first = not deep_right and rng.random() < 0.5
     left, right = (deep, other) if deep_first else (other, deep)
     op = "+" if rng.random() < 0.5 else "*"
-    value = (left[1] + right[1]) % 10 if op == "+" else (left[1] * right[1]) % 10
+    value = (left[1] + right[1]) % modulus if op == "+" else (left[1] * right[1]) % modulus
     return f"({left[0]}{op}{right[0]})", value
 
 
@@ -105,7 +108,7 @@ class ArithmeticTask(SequenceClassificationTask):
         rng = np.random.default_rng(cfg.data_seed)
         vocab = Vocabulary([BEGIN, END, "(", ")", "+", "*", *map(str, range(10))])
         seen: set[str] = set()
-        # depth 1 has only 200 expressions: all of them stay available to training
+        # depth 1 has only 2·modulus² expressions: all of them stay available to training
         iid_depths = (max(cfg.train_depths[0], 2), cfg.train_depths[1])
         if iid_depths[0] > iid_depths[1]:
             iid_depths = cfg.train_depths
@@ -129,7 +132,8 @@ class ArithmeticTask(SequenceClassificationTask):
             while got < want and tries < 50 * want + 1000:
                 tries += 1
                 text, value = generate(depth, rng, cfg.subtree_probability,
-                                       deep_right=cfg.deep_operand == "right")
+                                       deep_right=cfg.deep_operand == "right",
+                                       modulus=cfg.modulus)
                 if len(text) > cfg.max_tokens or text in seen:
                     continue
                 if distinct:
