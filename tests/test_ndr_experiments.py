@@ -101,13 +101,14 @@ def test_depth_experiments_build_valid_grids(name):
 
 
 def test_arithmetic_paper_grid_follows_the_thesis_code():
-    """Right-nested expressions; the gate-less transformers read the first column, the gated
+    """The thesis code's sampler; the gate-less transformers read the first column, the gated
     ones the last; dropout 0.5 on every transformer (simple_arithmetics_*.yaml)."""
     experiment = registry.experiment("ndr-arithmetic")
     params = experiment.preset("paper")
     runs = {arm.labels["variant"]: config for arm, config
             in zip(experiment.arms(params), experiment.configs(params, []))}
-    assert {c.task.deep_operand for c in runs.values()} == {"right"}
+    assert {(c.task.structure, c.task.eval_subtree_probability) for c in runs.values()} == {
+        ("thesis_code", 0.3)}
     assert {k: runs[k].model.readout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {
         "transformer": "first", "rel": "first", "abs_rel_gate": "last", "ndr": "last"}
     assert {runs[k].model.dropout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {0.5}

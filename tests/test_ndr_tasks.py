@@ -180,6 +180,36 @@ def test_arithmetic_deeper_operand_sits_right_as_in_the_thesis_code(side):
         assert 0.3 < deeper_left / len(data) < 0.7
 
 
+def test_arithmetic_thesis_code_structure_mixes_sides_as_the_thesis_code_does():
+    task = _task("arithmetic", train_size=2200, structure="thesis_code",
+                 eval_subtree_probability=0.3, ood_valid_size=300, test_size=300)
+    train = task.split("train")
+    texts = _texts(task, "train")
+    assert len(set(texts)) == len(texts)  # distinct, as the thesis code's sampler
+    depths = collections.Counter(train.groups["depth"].tolist())
+    assert depths == {1: 200, 2: 500, 3: 500, 4: 500, 5: 500}  # all 200 depth-1 once
+    root_left = collections.defaultdict(list)
+    for split in ("train", "ood_valid", "ood_test"):
+        data = task.split(split)
+        for i in range(len(data)):
+            text = "".join(task.vocab.decode(data.tokens[i, 1: data.lengths[i] - 1]))
+            assert task.vocab.decode([data.labels[i]]) == [str(eval(text) % 10)]
+            left, right = _operand_depths(text)[-1]
+            assert 1 + max(left, right) == int(data.groups["depth"][i])
+            root_left[(split, int(data.groups["depth"][i]))].append(left > right)
+    share = {key: sum(v) / len(v) for key, v in root_left.items()}
+    # the deepest quotas fill from a deep left tree, the shallowest by wrapping on the right
+    # (the thesis code's training set: 0.17 at depth 2, 0.90 at 3-5; depth 6: 0.09)
+    assert share[("train", 2)] < 0.3
+    assert min(share[("train", d)] for d in (3, 4, 5)) > 0.75
+    assert share[("ood_valid", 6)] < 0.25 and share[("ood_test", 8)] > 0.7
+    # evaluation splits use their own subtree probability: bushier side operands
+    eval_chars = task.split("ood_valid").lengths.float().mean()
+    plain = _task("arithmetic", train_size=300, structure="thesis_code", ood_valid_size=300,
+                  test_size=300).split("ood_valid").lengths.float().mean()
+    assert eval_chars > plain + 2
+
+
 def test_an_unknown_deep_operand_side_is_a_clear_error(tmp_path, capsys):
     from sglab.cli import main
 

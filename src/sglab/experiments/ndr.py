@@ -355,9 +355,12 @@ class NDRArithmetic(DepthExperiment):
         # thesis Table D.4 (baselines 200k steps, gated models 100k) and the thesis code's
         # sweeps (sweeps/transformer_control_flow/simple_arithmetics_*.yaml): dropout 0.5,
         # attention dropout 0.1, the gate-less transformers read the first column (the
-        # code's default), the gated ones the last; right-nested expressions
+        # code's default), the gated ones the last; the thesis code's sampler (100k
+        # expressions of depths 2-5 plus the 200 of depth 1; evaluation splits with
+        # subtree probability 0.3)
         "paper": depth_task_preset(
-            {"name": "arithmetic", "train_size": 100_000, "deep_operand": "right"},
+            {"name": "arithmetic", "train_size": 100_200, "structure": "thesis_code",
+             "eval_subtree_probability": 0.3},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=128, n_heads=4, n_layers=11, gated_d_model=256, gated_heads=4,
             gated_layers=15, lstm_d_model=200, lstm_layers=2, batch=512, lr=1.5e-4,
