@@ -338,7 +338,8 @@ class NDRArithmetic(DepthExperiment):
             lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="last",
             gate_dropout=0.1),
         # CPU proxy: depths 1-3 / 4 / 5, at most 25 tokens, d 64, 8-step gated models (12
-        # at test); the thesis code's right-nested expressions (deep_operand: right). Every
+        # at test); right-nested chains (deep_operand: right), which every model fits faster
+        # than the thesis code's mixed trees (structure: thesis_code; README, P18-P19). Every
         # model sees 256k training examples: the gated ones 4k steps of 64 at lr 2e-3 with
         # no residual dropout, the NDR with the App. E FFN and no attention dropout as in
         # probe P3 (README) and as ndr-ctl's NDR; the others 2k steps of 128
