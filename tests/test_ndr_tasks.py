@@ -146,6 +146,28 @@ def test_arithmetic_modulus_bounds_the_digits_and_the_labels():
             assert task.vocab.decode([data.labels[i]]) == [str(eval(text) % 5)]
 
 
+def test_a_capped_evaluation_scores_every_depth_of_a_split_stored_depth_by_depth():
+    from sglab.tasks.base import scored_examples
+
+    assert scored_examples(10, 4).tolist() == [0, 3, 6, 9]
+    assert scored_examples(5, None).tolist() == scored_examples(5, 9).tolist() == list(range(5))
+    task = _task("arithmetic", train_size=300, iid_valid_size=100, train_depths=(1, 3),
+                 ood_valid_depths=(4, 4), test_depths=(5, 5), max_tokens=25)
+    depths = task.split("iid_valid").groups["depth"]
+    assert depths[:10].unique().tolist() == [2]  # stored depth by depth
+
+    def constant(input_ids, key_padding_mask=None):  # always the class of token "0"
+        logits = torch.zeros(len(input_ids), 1, len(task.vocab))
+        logits[..., task.vocab.encode(["0"])[0]] = 1.0
+        return logits
+
+    metrics = task.evaluate(constant, "iid_valid", batch_size=4, max_examples=10)
+    assert {"iid_valid/exact_match/depth=2", "iid_valid/exact_match/depth=3"} <= set(metrics)
+    labels = task.split("iid_valid").labels[scored_examples(100, 10)]
+    zero = task.vocab.encode(["0"])[0]
+    assert metrics["iid_valid/exact_match"] == pytest.approx(float((labels == zero).float().mean()))
+
+
 def _operand_depths(text):
     """(left depth, right depth) of every operation, from the fully bracketed text."""
     pairs = []

@@ -180,7 +180,8 @@ class TrainConfig(StrictModel):
     eval_interval: int = Field(250, ge=1)
     eval_batch_size: int = Field(1024, ge=1)
     eval_max_examples: int | None = Field(
-        None, ge=1, description="Evaluate on at most this many examples per split (null = all)."
+        None, ge=1, description="Evaluate on at most this many examples per split, spread evenly "
+                                "over it (null = all); the last evaluation scores all."
     )
     checkpoint_interval: int = Field(500, ge=1)
     log_interval: int = Field(100, ge=1)

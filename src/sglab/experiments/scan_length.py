@@ -88,7 +88,7 @@ class ScanLength(Experiment):
     )
     # CPU presets: a d=64 model (1/4 of the paper's width) with batch 64 for a few
     # thousand steps instead of 50k steps at batch 256. Evaluations during training use
-    # the first eval_max_examples of each (shuffled) split; the last uses all examples.
+    # eval_max_examples spread evenly over each split; the last uses all examples.
     presets = {
         "quick": {
             "base": _base(32, 64, 4, 2, steps=60, batch=32, eval_every=20,
@@ -250,7 +250,7 @@ class ScanLength(Experiment):
                     f"after {patience} evaluations without a new best IID "
                     "validation loss and keep the best-loss checkpoint (if it never stops, "
                     "the best-loss checkpoint of the whole run). Evaluations during training "
-                    "use the first eval_max_examples of each shuffled split; the final one "
+                    "score eval_max_examples spread evenly over each split; the final one "
                     "uses all examples. Correlations are "
                     "Spearman's rho between a split's loss and exact match across evaluations "
                     "(negative: loss falls as accuracy rises).",

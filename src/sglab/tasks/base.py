@@ -117,6 +117,15 @@ class Batch:
         return inputs
 
 
+def scored_examples(total: int, max_examples: int | None) -> torch.Tensor:
+    """Indices of the examples an evaluation scores: all of them, or ``max_examples`` spread
+    evenly over the split. Splits are stored group by group (depth by depth, length by
+    length), so the first ``max_examples`` could hold only the shortest group."""
+    if max_examples is None or max_examples >= total:
+        return torch.arange(total)
+    return torch.linspace(0, total - 1, max_examples).round().long()
+
+
 def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
                 reduction: str = "mean") -> torch.Tensor:
     """Loss over the positions whose target is not ``IGNORE`` (mean or sum).
@@ -270,11 +279,11 @@ class PromptAnswerTask(GeneratedSplitsTask):
                  device="cpu") -> dict[str, float]:
         """Exact match of greedy answers, answer-token loss, and per-group breakdowns."""
         data = self.split(split)
-        n = len(data) if max_examples is None else min(len(data), max_examples)
+        index = scored_examples(len(data), max_examples)
         causal = model_is_causal(model)
         correct_all, loss_sum, token_count = [], 0.0, 0
-        for start in range(0, n, batch_size):
-            sub = data.subset(torch.arange(start, min(start + batch_size, n)))
+        for start in range(0, len(index), batch_size):
+            sub = data.subset(index[start: start + batch_size])
             batch = (causal_batch(sub) if causal else prefix_batch(sub)).to(device)
             logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
             scored = batch.targets != IGNORE
@@ -290,7 +299,7 @@ class PromptAnswerTask(GeneratedSplitsTask):
             f"{split}/loss": loss_sum / max(token_count, 1),
         }
         for group, labels in data.groups.items():
-            labels = labels[:n]
+            labels = labels[index]
             for value in torch.unique(labels).tolist():
                 metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
         return metrics
@@ -396,12 +405,13 @@ class SequenceClassificationTask(GeneratedSplitsTask):
     @torch.no_grad()
     def predict(self, model, split: str, batch_size: int = 1024, max_examples: int | None = None,
                 device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """(predicted label ids, loss per example) over the first examples of a split."""
+        """(predicted label ids, loss per example) over the examples ``scored_examples``
+        picks, in that order."""
         data = self.split(split)
-        n = len(data) if max_examples is None else min(len(data), max_examples)
+        index = scored_examples(len(data), max_examples)
         predictions, losses = [], []
-        for start in range(0, n, batch_size):
-            batch = data.subset(torch.arange(start, min(start + batch_size, n))).batch().to(device)
+        for start in range(0, len(index), batch_size):
+            batch = data.subset(index[start: start + batch_size]).batch().to(device)
             logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
             losses.append(F.cross_entropy(logits[:, 0], batch.targets[:, 0], reduction="none").cpu())
             predictions.append(logits[:, 0].argmax(-1).cpu())
@@ -412,10 +422,11 @@ class SequenceClassificationTask(GeneratedSplitsTask):
         """Accuracy (``exact_match``), loss, and accuracy per group value."""
         data = self.split(split)
         predictions, losses = self.predict(model, split, batch_size, max_examples, device)
-        correct = (predictions == data.labels[: len(predictions)]).float()
+        index = scored_examples(len(data), max_examples)
+        correct = (predictions == data.labels[index]).float()
         metrics = {f"{split}/exact_match": float(correct.mean()), f"{split}/loss": float(losses.mean())}
         for group, labels in data.groups.items():
-            labels = labels[: len(correct)]
+            labels = labels[index]
             for value in torch.unique(labels).tolist():
                 metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
         return metrics

@@ -40,6 +40,7 @@ from sglab.tasks.base import (
     Batch,
     SplitsTask,
     Vocabulary,
+    scored_examples,
     selected_groups,
     target_loss,
     trimmed_rows,
@@ -231,11 +232,11 @@ class Seq2SeqTask(SplitsTask):
         loss over the targets including EOS, per-target-length exact match, and with
         ``eval_oracle_length`` the oracle-length exact match."""
         data = self.split(split)
-        n = len(data) if max_examples is None else min(len(data), max_examples)
+        index = scored_examples(len(data), max_examples)
         oracle = self.config.eval_oracle_length
         correct, oracle_correct, loss_sum, token_count = [], [], 0.0, 0
-        for start in range(0, n, batch_size):
-            sub = data.subset(torch.arange(start, min(start + batch_size, n)))
+        for start in range(0, len(index), batch_size):
+            sub = data.subset(index[start: start + batch_size])
             batch = seq2seq_batch(sub, self.eos_id).to(device)
             logits = model(batch.input_ids, **batch.model_inputs()).float()
             scored = batch.targets != IGNORE
@@ -254,7 +255,7 @@ class Seq2SeqTask(SplitsTask):
         if oracle:
             metrics[f"{split}/oracle_exact_match"] = float(torch.cat(oracle_correct).float().mean())
         for group, labels in data.groups.items():
-            labels = labels[:n]
+            labels = labels[index]
             for value in torch.unique(labels).tolist():
                 metrics[f"{split}/exact_match/{group}={value}"] = float(hits[labels == value].mean())
         return metrics
