@@ -86,15 +86,34 @@ class ArithmeticConfig(TaskConfig):
         return ["iid_valid", "ood_valid", "ood_test"]
 
 
+Expression = tuple[str, int, int]  # (text, value mod the modulus, depth in operations)
+
+
+def apply_op(op: str, a: int, b: int, modulus: int) -> int:
+    return (a + b) % modulus if op == "+" else (a * b) % modulus
+
+
+def _combine(left: Expression, right: Expression, rng: np.random.Generator,
+             modulus: int) -> Expression:
+    """``(left op right)`` with a random operation."""
+    op = "+" if rng.random() < 0.5 else "*"
+    return (f"({left[0]}{op}{right[0]})", apply_op(op, left[1], right[1], modulus),
+            1 + max(left[2], right[2]))
+
+
+def _digit(rng: np.random.Generator, modulus: int) -> Expression:
+    digit = int(rng.integers(modulus))
+    return str(digit), digit, 0
+
+
 def generate(depth: int, rng: np.random.Generator, p_subtree: float,
-             deep_right: bool = False, modulus: int = 10) -> tuple[str, int]:
-    """(expression text, value mod ``modulus``) of an expression ``depth`` operations deep.
+             deep_right: bool = False, modulus: int = 10) -> Expression:
+    """An expression exactly ``depth`` operations deep (``structure: deep_path``).
 
     ``deep_right``: the deeper operand of every operation on the deepest path is the right
     one (the shallow operands' own operands stay on random sides)."""
     if depth == 0:
-        digit = int(rng.integers(modulus))
-        return str(digit), digit
+        return _digit(rng, modulus)
     deep = generate(depth - 1, rng, p_subtree, deep_right, modulus)
     other_depth = 0
     while other_depth < depth - 1 and rng.random() < p_subtree:
@@ -102,32 +121,23 @@ def generate(depth: int, rng: np.random.Generator, p_subtree: float,
     other = generate(other_depth, rng, p_subtree, modulus=modulus)
     deep_first = not deep_right and rng.random() < 0.5
     left, right = (deep, other) if deep_first else (other, deep)
-    text, value, _ = _combine((*left, 0), (*right, 0), rng, modulus)
-    return text, value
-
-
-def _combine(left: tuple[str, int, int], right: tuple[str, int, int], rng: np.random.Generator,
-             modulus: int) -> tuple[str, int, int]:
-    op = "+" if rng.random() < 0.5 else "*"
-    value = (left[1] + right[1]) % modulus if op == "+" else (left[1] * right[1]) % modulus
-    return f"({left[0]}{op}{right[0]})", value, 1 + max(left[2], right[2])
+    return _combine(left, right, rng, modulus)
 
 
 def random_tree(level: int, max_depth: int, rng: np.random.Generator, p_subtree: float,
-                modulus: int = 10) -> tuple[str, int, int]:
-    """(text, value, depth): a node at ``level`` (the root: 1) is an operation with probability
-    ``p_subtree`` if ``level <= max_depth``, else a digit; so the tree is at most
-    ``max_depth - level + 1`` operations deep."""
+                modulus: int = 10) -> Expression:
+    """A node at ``level`` (the root: 1) is an operation with probability ``p_subtree`` if
+    ``level <= max_depth``, else a digit; so the tree is at most ``max_depth - level + 1``
+    operations deep."""
     if level > max_depth or rng.random() >= p_subtree:
-        digit = int(rng.integers(modulus))
-        return str(digit), digit, 0
+        return _digit(rng, modulus)
     left = random_tree(level + 1, max_depth, rng, p_subtree, modulus)
     right = random_tree(level + 1, max_depth, rng, p_subtree, modulus)
     return _combine(left, right, rng, modulus)
 
 
 def thesis_code_draw(low: int, high: int, rng: np.random.Generator, p_subtree: float,
-                     modulus: int = 10) -> tuple[str, int, int]:
+                     modulus: int = 10) -> Expression:
     """One draw of the thesis code's sampler for depths ``low``-``high`` (in operations): a
     random tree, wrapped as the right operand of a new operation (its left operand a random
     tree from level 2) until it is ``low`` deep; never deeper than ``high``."""
@@ -166,7 +176,7 @@ class ArithmeticTask(SequenceClassificationTask):
         iid = self._sample(rng, iid_depths, cfg.iid_valid_size, seen, distinct=True)
         if cfg.structure == "thesis_code" and cfg.train_depths[0] == 1 < cfg.train_depths[1]:
             # the thesis code: every depth-1 expression once, then quotas of depths 2 and up
-            single = [(f"({a}{op}{b})", (a + b if op == "+" else a * b) % cfg.modulus, 1)
+            single = [(f"({a}{op}{b})", apply_op(op, a, b, cfg.modulus), 1)
                       for op in "+*" for a in range(cfg.modulus) for b in range(cfg.modulus)]
             rest = self._sample(rng, (2, cfg.train_depths[1]), max(cfg.train_size - len(single), 0),
                                 seen, distinct=True)
@@ -189,31 +199,27 @@ class ArithmeticTask(SequenceClassificationTask):
         levels = list(range(depths[0], depths[1] + 1))
         quota = {depth: size // len(levels) + (i < size % len(levels))
                  for i, depth in enumerate(levels)}
+        # thesis_code: one draw covers the whole range and the quotas filter; deep_path:
+        # each depth is drawn on its own
+        if cfg.structure == "thesis_code":
+            draws = [(levels, lambda: thesis_code_draw(depths[0], depths[1], rng, p,
+                                                       cfg.modulus), 200 * size + 1000)]
+        else:
+            draws = [([depth], lambda depth=depth: generate(
+                depth, rng, p, deep_right=cfg.deep_operand == "right", modulus=cfg.modulus),
+                50 * quota[depth] + 1000) for depth in levels]
         examples = []
-        if cfg.structure == "thesis_code":  # one draw covers the range; quotas filter
+        for wanted, draw, max_tries in draws:
             tries = 0
-            while any(quota.values()) and tries < 200 * size + 1000:
+            while any(quota[depth] for depth in wanted) and tries < max_tries:
                 tries += 1
-                text, value, depth = thesis_code_draw(depths[0], depths[1], rng, p, cfg.modulus)
+                text, value, depth = draw()
                 if not quota[depth] or len(text) > cfg.max_tokens or text in seen:
                     continue
                 if distinct:
                     seen.add(text)
                 examples.append((text, value, depth))
                 quota[depth] -= 1
-            return examples
-        for depth in levels:
-            got, tries = 0, 0
-            while got < quota[depth] and tries < 50 * quota[depth] + 1000:
-                tries += 1
-                text, value = generate(depth, rng, p, deep_right=cfg.deep_operand == "right",
-                                       modulus=cfg.modulus)
-                if len(text) > cfg.max_tokens or text in seen:
-                    continue
-                if distinct:
-                    seen.add(text)
-                examples.append((text, value, depth))
-                got += 1
         return examples
 
     def _encode(self, vocab, examples):
