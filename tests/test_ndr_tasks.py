@@ -232,13 +232,15 @@ def test_arithmetic_thesis_code_structure_mixes_sides_as_the_thesis_code_does():
     assert eval_chars > plain + 2
 
 
-def test_an_unknown_deep_operand_side_is_a_clear_error(tmp_path, capsys):
+@pytest.mark.parametrize("setting", ["deep_operand=left", "structure=chains", "modulus=11",
+                                     "eval_subtree_probability=1.5"])
+def test_a_bad_arithmetic_data_setting_is_a_clear_error(tmp_path, capsys, setting):
     from sglab.cli import main
 
     runs = tmp_path / "runs"
     assert main(["train", "--task", "arithmetic", "--model", "lstm", "--set",
-                 "task.deep_operand=left", "--runs-dir", str(runs)]) == 2
-    assert "deep_operand" in capsys.readouterr().err
+                 f"task.{setting}", "--runs-dir", str(runs)]) == 2
+    assert setting.split("=")[0] in capsys.readouterr().err
     assert not runs.exists() or not any(runs.iterdir())
 
 
