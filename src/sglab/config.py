@@ -180,8 +180,10 @@ class TrainConfig(StrictModel):
     eval_interval: int = Field(250, ge=1)
     eval_batch_size: int = Field(1024, ge=1)
     eval_max_examples: int | None = Field(
-        None, ge=1, description="Evaluate on at most this many examples per split, spread evenly "
-                                "over it (null = all); the last evaluation scores all."
+        None, ge=1, description="Evaluate on at most this many examples per split (null = all); "
+                                "the last evaluation scores all. Sequence-classification, "
+                                "prompt-answer and seq2seq tasks spread them evenly over the "
+                                "split; the other tasks take the first ones."
     )
     checkpoint_interval: int = Field(500, ge=1)
     log_interval: int = Field(100, ge=1)
