@@ -165,6 +165,11 @@ def test_ctl_paper_preset_carries_table_d3():
             ndr.train.grad_clip, ndr.train.betas) == (512, 1.5e-4, 30_000, 0.01, 5.0,
                                                       (0.9, 0.999))
     assert ndr.task.train_sampling == "bucketed" and ndr.model.copy_gate_ffn == "relu"
+    # the thesis code buckets lengths only for the NDR and its depth ablation
+    assert runs[("ndr@8", "forward")].task.train_sampling == "bucketed"
+    for variant in ("transformer", "abs_rel_gate", "rel_gate", "lstm"):
+        assert runs[(variant, "forward")].task.train_sampling == "dataset"
+    assert runs[("lstm", "forward")].task.boundary_tokens is False
     assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
     assert runs[("abs_rel_gate", "forward")].model.d_ff == 1024  # hard-coded 4 d in the code
     assert runs[("transformer", "forward")].model.n_layers == 11

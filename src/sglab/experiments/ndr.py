@@ -139,8 +139,9 @@ class NDRCTL(NDRExperiment):
         # 14-step 1-head gated models (dropout 0.5, attention dropout 0.1, lr 2e-4; the NDR
         # 1.5e-4), LSTM 200 / BiLSTM 400 units, batch 512, Adam betas (0.9, 0.999), 30k
         # iterations (LSTMs 20k), 5 seeds, the depth ablation of Table 5.2, the ACT rows of
-        # Table D.2 (60k), and the thesis code's data: its length mix with one length per
-        # batch (length-bucketed sampling)
+        # Table D.2 (60k), and the thesis code's data: its length mix, one length per
+        # batch (length-bucketed sampling) for the NDR and its depth ablation, mixed-length
+        # batches for every other model (the code's baseline sweeps do not bucket)
         "paper": ctl_preset(steps=30_000, gated_steps=30_000, ndr_steps=30_000,
                             lstm_steps=20_000, seeds=[0, 1, 2, 3, 4], d_model=128,
                             gated_d_model=256, batch=512, eval_every=1000, train_size=53_704,
@@ -148,7 +149,8 @@ class NDRCTL(NDRExperiment):
                             ndr_lr=1.5e-4, dropout=0.1, gated_dropout=0.5,
                             attention_dropout=0.1, lstm_d_model=200, lstm_batch=256,
                             act_steps=60_000,
-                            sampling="bucketed", betas=(0.9, 0.999), quiet=False),
+                            sampling="bucketed", baseline_sampling="dataset",
+                            betas=(0.9, 0.999), quiet=False),
     }
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:

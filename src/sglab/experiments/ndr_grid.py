@@ -109,7 +109,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                gated_ffn: str = "relu", ndr_backward_steps: int | None = None,
                ablation_steps: int | None = None, gated_baseline: dict | None = None,
                variant_steps: dict[str, dict[str, int]] | None = None,
-               betas: tuple[float, float] = (0.9, 0.99), quiet: bool = True) -> dict[str, Any]:
+               betas: tuple[float, float] = (0.9, 0.99), baseline_sampling: str | None = None,
+               quiet: bool = True) -> dict[str, Any]:
     """CTL grid: thesis Table D.3 shapes, scaled by width, batch and steps; with
     ``act_steps`` also the ACT rows of Table D.2 (14 steps at most, trained that long).
     ``gated_eval_layers``: the copy-gated models train with ``ndr_layers`` steps and are
@@ -121,7 +122,11 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
     ``gated_baseline``: model fields of "+ rel + gate" and "+ abs/rel + gate" on top of
     the gated models' (their data FFN is 4 d wide as in the thesis code, whatever Table
     D.3 prints). ``variant_steps``: ``{variant: {direction: steps}}``, training steps of
-    a variant in one direction (the NDR's backward steps: ``ndr_backward_steps``)."""
+    a variant in one direction (the NDR's backward steps: ``ndr_backward_steps``).
+    ``baseline_sampling``: ``train_sampling`` of every model but the NDR and its depth
+    ablation, where it differs (the thesis code buckets lengths only in the NDR's sweeps,
+    ``ctl_ndr_geometric.yaml`` and ``ctl_ndr_layer_ablation.yaml``; its baselines, gated
+    ones included, train on mixed-length batches)."""
     models = transformer_variants(
         d_model=d_model, n_heads=4, n_layers=plain_layers, d_ff=2 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=ndr_layers,
@@ -149,6 +154,11 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
         variants[key] = {"model": spec, "train": {"steps": lstm_steps, "weight_decay": 0.0,
                                                   "lr": 1e-3, "batch_size": lstm_batch or batch},
                          "extra": {"task": {"boundary_tokens": False}}}
+    if baseline_sampling:
+        for key, spec in variants.items():
+            if key != "ndr":
+                spec.setdefault("extra", {}).setdefault("task", {})["train_sampling"] = \
+                    baseline_sampling
     return {
         "task": {"name": "ctl", "train_size": train_size, "train_sampling": sampling},
         "train": train_section(steps, batch, 1e-3, 0.0025, 5.0, eval_every, threads=1,
