@@ -86,6 +86,16 @@ def test_ensemble_of_classifiers_on_batches_of_different_widths_matches_alone(tm
     assert_same_as_alone(configs, tmp_path)
 
 
+def test_ensemble_of_classifiers_scoring_only_the_labels_matches_alone(tmp_path):
+    # task.scored_classes=labels: the logit mask is a buffer of the template model,
+    # stacked per member like every other buffer
+    configs = member_configs("task.name=ctl", "task.scored_classes=labels",
+                             "task.train_size=300", "task.test_size=64",
+                             "model.attention_mask=bidirectional", "model.pos_encoding=none",
+                             "model.readout=last")
+    assert_same_as_alone(configs, tmp_path)
+
+
 def test_ensemble_sgd_and_different_lengths(tmp_path):
     configs = member_configs("train.optimizer=sgd", "train.momentum=0.9")
     configs[1] = configs[1].model_copy(update={"train": configs[1].train.model_copy(

@@ -170,11 +170,21 @@ def test_ctl_paper_preset_carries_table_d3():
     for variant in ("transformer", "abs_rel_gate", "rel_gate", "lstm"):
         assert runs[(variant, "forward")].task.train_sampling == "dataset"
     assert runs[("lstm", "forward")].task.boundary_tokens is False
+    # the thesis code's classifier heads score the 8 symbols only
+    assert {config.task.scored_classes for config in runs.values()} == {"labels"}
     assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
     assert runs[("abs_rel_gate", "forward")].model.d_ff == 1024  # hard-coded 4 d in the code
     assert runs[("transformer", "forward")].model.n_layers == 11
     assert runs[("lstm", "forward")].model.d_model == 200
     assert runs[("bilstm", "forward")].train.batch_size == 256
+
+
+@pytest.mark.parametrize("name", ["ndr-listops", "ndr-arithmetic", "ctlpp", "ctlpp-staged"])
+def test_paper_presets_score_only_the_labels_and_defaults_the_vocabulary(name):
+    experiment = registry.experiment(name)
+    for preset, scored in (("paper", "labels"), ("default", "vocabulary")):
+        configs = experiment.configs(experiment.preset(preset), [])
+        assert {config.task.scored_classes for config in configs} == {scored}
 
 
 def _probe(gates):

@@ -87,12 +87,14 @@ def transformer_model(dropout: float) -> dict[str, Any]:
 def models(d: int, d_ff: int, heads: int, lstm_units: int, steps: int, batch: int,
            lstm_batch: int, lr: float, lstm_lr: float, dropout: float, eval_every: int,
            lengths: str, train_size: int, warmup: int = 0, transformer_steps: int = 0,
-           lstm_steps: int | None = None, only: tuple[str, ...] = ("ndr", "bilstm")
-           ) -> dict[str, dict[str, Any]]:
+           lstm_steps: int | None = None, only: tuple[str, ...] = ("ndr", "bilstm"),
+           scored_classes: str = "vocabulary") -> dict[str, dict[str, Any]]:
     """Run sections of the NDR, the Bi-LSTM (``lstm_steps``, default ``steps``) and
     (``transformer_steps`` > 0) the Transformer on a CTL++ task; ``only`` picks the NDR /
-    Bi-LSTM arms."""
-    task = {"name": "ctlpp", "lengths": lengths, "train_size": train_size}
+    Bi-LSTM arms. ``scored_classes``: the task field (``labels``: the classifiers score
+    the 8 symbols only, as the thesis code's n-class heads)."""
+    task = {"name": "ctlpp", "lengths": lengths, "train_size": train_size,
+            "scored_classes": scored_classes}
     arms = {
         "ndr": {"task": task, "model": ndr_model(d, d_ff, heads, dropout),
                 "train": train_section(steps, batch, lr, 1.0, eval_every, warmup)},
@@ -201,7 +203,8 @@ class CTLPP(Experiment):
         "paper": {**preset(d=256, d_ff=512, heads=4, lstm_units=256, steps=80_000,
                            seeds=list(range(25)), batch=512, lstm_batch=512, lr=1.5e-4,
                            lstm_lr=1.5e-4, dropout=0.5, eval_every=1000, lengths="thesis",
-                           train_size=300_000, warmup=500, transformer_steps=300_000),
+                           train_size=300_000, warmup=500, transformer_steps=300_000,
+                           scored_classes="labels"),
                   "quiet": False},
     }
 

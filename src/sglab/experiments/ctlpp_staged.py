@@ -81,7 +81,8 @@ class CTLPPStaged(Experiment):
                                   lstm_units=256, steps=80_000, batch=512, lstm_batch=512,
                                   lr=1.5e-4, lstm_lr=1.5e-4, dropout=0.5, eval_every=1000,
                                   lengths="thesis", train_size=300_000, warmup=500,
-                                  transformer_steps=300_000), "quiet": False},
+                                  transformer_steps=300_000, scored_classes="labels"),
+                "quiet": False},
     }
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:

@@ -150,7 +150,7 @@ class NDRCTL(NDRExperiment):
                             attention_dropout=0.1, lstm_d_model=200, lstm_batch=256,
                             act_steps=60_000,
                             sampling="bucketed", baseline_sampling="dataset",
-                            betas=(0.9, 0.999), quiet=False),
+                            scored_classes="labels", betas=(0.9, 0.999), quiet=False),
     }
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
@@ -363,7 +363,7 @@ class NDRArithmetic(DepthExperiment):
         # subtree probability 0.3)
         "paper": depth_task_preset(
             {"name": "arithmetic", "train_size": 100_200, "structure": "thesis_code",
-             "eval_subtree_probability": 0.3},
+             "eval_subtree_probability": 0.3, "scored_classes": "labels"},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=128, n_heads=4, n_layers=11, gated_d_model=256, gated_heads=4,
             gated_layers=15, lstm_d_model=200, lstm_layers=2, batch=512, lr=1.5e-4,
@@ -410,7 +410,7 @@ class NDRListOps(DepthExperiment):
         # data FFN 2 d wide, weight decay 0.09; baselines dropout 0.015, weight decay 0.05;
         # LSTMs weight decay 0.08
         "paper": depth_task_preset(
-            {"name": "listops", "train_size": 1_000_000},
+            {"name": "listops", "train_size": 1_000_000, "scored_classes": "labels"},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=256, n_heads=16, n_layers=6, gated_d_model=512, gated_heads=16,
             gated_layers=20, lstm_d_model=512, lstm_layers=4, batch=512, lr=4e-4, gated_lr=2e-4,

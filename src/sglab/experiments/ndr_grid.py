@@ -110,7 +110,7 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                ablation_steps: int | None = None, gated_baseline: dict | None = None,
                variant_steps: dict[str, dict[str, int]] | None = None,
                betas: tuple[float, float] = (0.9, 0.99), baseline_sampling: str | None = None,
-               quiet: bool = True) -> dict[str, Any]:
+               scored_classes: str = "vocabulary", quiet: bool = True) -> dict[str, Any]:
     """CTL grid: thesis Table D.3 shapes, scaled by width, batch and steps; with
     ``act_steps`` also the ACT rows of Table D.2 (14 steps at most, trained that long).
     ``gated_eval_layers``: the copy-gated models train with ``ndr_layers`` steps and are
@@ -126,7 +126,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
     ``baseline_sampling``: ``train_sampling`` of every model but the NDR and its depth
     ablation, where it differs (the thesis code buckets lengths only in the NDR's sweeps,
     ``ctl_ndr_geometric.yaml`` and ``ctl_ndr_layer_ablation.yaml``; its baselines, gated
-    ones included, train on mixed-length batches)."""
+    ones included, train on mixed-length batches). ``scored_classes``: the CTL task's field
+    (``labels``: every classifier scores the 8 symbols only, as the thesis code's heads)."""
     models = transformer_variants(
         d_model=d_model, n_heads=4, n_layers=plain_layers, d_ff=2 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=ndr_layers,
@@ -160,7 +161,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                 spec.setdefault("extra", {}).setdefault("task", {})["train_sampling"] = \
                     baseline_sampling
     return {
-        "task": {"name": "ctl", "train_size": train_size, "train_sampling": sampling},
+        "task": {"name": "ctl", "train_size": train_size, "train_sampling": sampling,
+                 "scored_classes": scored_classes},
         "train": train_section(steps, batch, 1e-3, 0.0025, 5.0, eval_every, threads=1,
                                eval_max_examples=eval_max_examples, betas=betas,
                                early_stop_metric="ood_valid/exact_match",

@@ -654,9 +654,27 @@ def build_model(config: ModelConfig, vocab_size: int, max_len: int,
     (``Task.model_kwargs()``, e.g. bit widths). ``runs_dir``: the run store, for models built
     on another run (``masked`` reads its base run there); other models ignore it."""
     factory = registry.entry("model", config.name).factory
+    output_classes = task_kwargs.pop("output_classes", None)
     if "runs_dir" in inspect.signature(factory).parameters:
-        return factory(config, vocab_size, max_len, runs_dir=runs_dir, **task_kwargs)
-    return factory(config, vocab_size, max_len, **task_kwargs)
+        model = factory(config, vocab_size, max_len, runs_dir=runs_dir, **task_kwargs)
+    else:
+        model = factory(config, vocab_size, max_len, **task_kwargs)
+    if output_classes is not None:
+        restrict_outputs(model, output_classes, vocab_size)
+    return model
+
+
+def restrict_outputs(model: nn.Module, classes: list[int], vocab_size: int) -> None:
+    """Make ``model`` score only ``classes`` (a classification task's labels,
+    ``task.scored_classes=labels``): every other output gets the logit -1e4, so its
+    softmax probability and its gradient are 0, as with the thesis code's n-class head.
+    The mask is a non-persistent buffer (checkpoints are unchanged; the run's summary
+    records the classes, and :func:`load_model` rebuilds the mask from it) added by a
+    forward hook, so every model and the vmapped ensembles get it unchanged."""
+    mask = torch.full((vocab_size,), -1e4)
+    mask[torch.as_tensor(classes, dtype=torch.long)] = 0.0
+    model.register_buffer("output_class_mask", mask, persistent=False)
+    model.register_forward_hook(lambda module, args, logits: logits + module.output_class_mask)
 
 
 __all__ = ["Transformer", "TransformerConfig", "build_model"]

@@ -37,10 +37,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
 from sglab.tasks.base import (
     BEGIN,
     END,
+    ClassificationTaskConfig,
     SequenceClassificationTask,
     Vocabulary,
     check_split_ranges,
@@ -48,7 +48,7 @@ from sglab.tasks.base import (
 )
 
 
-class ArithmeticConfig(TaskConfig):
+class ArithmeticConfig(ClassificationTaskConfig):
     name: Literal["arithmetic"] = "arithmetic"
     train_depths: tuple[int, int] = (1, 5)
     ood_valid_depths: tuple[int, int] = (6, 6)

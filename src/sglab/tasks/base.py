@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
 from sglab import registry
 from sglab.config import TaskConfig
@@ -376,6 +378,20 @@ def is_classifier(model_config) -> bool:
         getattr(model_config, "readout", "none") != "none"
 
 
+class ClassificationTaskConfig(TaskConfig):
+    """Fields every sequence-classification task shares."""
+
+    scored_classes: Literal["vocabulary", "labels"] = Field(
+        "vocabulary",
+        description="The outputs a classifier's softmax covers. vocabulary: every token (the "
+                    "other tokens' logits must be pushed down by the model); labels: only the "
+                    "labels in the task's data, as the thesis code's classifier head "
+                    "(nn.Linear(d, n_classes)); the model gives every other token a logit of "
+                    "-1e4. Without a bias, a readout over the vocabulary pushes the impossible "
+                    "classes down through the state, which saturates a tanh update in the "
+                    "first steps (README, NDR section).")
+
+
 class SequenceClassificationTask(GeneratedSplitsTask):
     """One label per input sequence (CTL, arithmetic, ListOps).
 
@@ -386,6 +402,16 @@ class SequenceClassificationTask(GeneratedSplitsTask):
     """
 
     splits: dict[str, ClassificationSplit]
+
+    def label_ids(self) -> list[int]:
+        """Token ids that occur as a label in any split (the classes the task can ask for)."""
+        labels = torch.cat([split.labels for split in self.splits.values()])
+        return torch.unique(labels).tolist()
+
+    def model_kwargs(self) -> dict:
+        if self.config.scored_classes == "labels":
+            return {"output_classes": self.label_ids()}
+        return {}
 
     def check_model(self, model_config) -> None:
         if not is_classifier(model_config):

@@ -24,12 +24,12 @@ import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
 from sglab.tasks.base import (
     BEGIN,
     END,
     Batch,
     ClassificationSplit,
+    ClassificationTaskConfig,
     SequenceClassificationTask,
     Vocabulary,
     check_split_ranges,
@@ -37,7 +37,7 @@ from sglab.tasks.base import (
 )
 
 
-class CTLConfig(TaskConfig):
+class CTLConfig(ClassificationTaskConfig):
     name: Literal["ctl"] = "ctl"
     direction: Literal["forward", "backward"] = Field(
         "forward", description="forward: 'symbol f1 f2 ...'; backward: '... f2 f1 symbol'.")

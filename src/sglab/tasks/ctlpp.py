@@ -42,12 +42,13 @@ import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig, check_switches
+from sglab.config import check_switches
 from sglab.tasks.base import (
     BEGIN,
     END,
     Batch,
     ClassificationSplit,
+    ClassificationTaskConfig,
     SequenceClassificationTask,
     Vocabulary,
 )
@@ -59,7 +60,7 @@ SYMBOL_NAMES = [str(i) for i in range(N_SYMBOLS)]
 FUNCTION_NAMES = [chr(ord("a") + i) for i in range(26)] + [chr(ord("A") + i) for i in range(6)]
 
 
-class CTLPPConfig(TaskConfig):
+class CTLPPConfig(ClassificationTaskConfig):
     name: Literal["ctlpp"] = "ctlpp"
     variant: Literal["A", "R", "S"] = Field(
         "R", description="A: training alternates groups, OOD stays in one; R: training stays in "

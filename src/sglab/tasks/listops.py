@@ -23,10 +23,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from sglab import registry
-from sglab.config import TaskConfig
 from sglab.tasks.base import (
     BEGIN,
     END,
+    ClassificationTaskConfig,
     SequenceClassificationTask,
     Vocabulary,
     check_split_ranges,
@@ -38,7 +38,7 @@ OPERATORS = ("MIN", "MAX", "MED", "SM")
 Tree = int | tuple[str, tuple["Tree", ...]]  # hashable, so values are cached
 
 
-class ListOpsConfig(TaskConfig):
+class ListOpsConfig(ClassificationTaskConfig):
     name: Literal["listops"] = "listops"
     train_depths: tuple[int, int] = (1, 5)
     ood_valid_depths: tuple[int, int] = (6, 6)
