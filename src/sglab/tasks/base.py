@@ -387,9 +387,9 @@ class ClassificationTaskConfig(TaskConfig):
                     "other tokens' logits must be pushed down by the model); labels: only the "
                     "labels in the task's data, as the thesis code's classifier head "
                     "(nn.Linear(d, n_classes)); the model gives every other token a logit of "
-                    "-1e4. Without a bias, a readout over the vocabulary pushes the impossible "
-                    "classes down through the state, which saturates a tanh update in the "
-                    "first steps (README, NDR section).")
+                    "-1e4. A readout over the vocabulary pushes the impossible classes down "
+                    "through the state (an output bias learns too slowly to do it), which "
+                    "saturates a tanh update in the first steps (README, NDR section).")
 
 
 class SequenceClassificationTask(GeneratedSplitsTask):
