@@ -140,7 +140,7 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
             model = runs[(key, condition)].model
             assert (model.n_heads, model.copy_gate_ffn, model.d_ff, model.update_norm,
                     model.ndr_init) == (1, "relu", 4 * model.d_model, "tanh", "code")
-    assert runs[("abs_rel_gate", "forward")].train.steps == 16_000
+    assert runs[("abs_rel_gate", "forward")].train.steps == 24_000
     assert runs[("abs_rel_gate", "backward")].train.steps == 3000
     assert runs[("ndr", "forward")].model.copy_gate_ffn == "gelu_residual"
     shallow = [key for key in runs if key[0] == "ndr@8"]

@@ -114,8 +114,9 @@ class NDRCTL(NDRExperiment):
         # thesis; the NDR 4 heads and the App. E copy-gated FFN (GELU, residual: leaves the
         # plateau 2-3x sooner than Eq. 5.2 at this size); + rel + gate and + abs/rel + gate
         # the thesis code's layer (1 head, ReLU FFN 4 d wide, tanh; with 4 heads or the App.
-        # E FFN neither left the plateau in 5k steps), + abs/rel + gate 16k steps forward (it
-        # left the plateau after 3k-6.25k steps and had test 0.85 at 11.75k), the other
+        # E FFN neither left the plateau in 5k steps), + abs/rel + gate 24k steps forward (it
+        # left the plateau after 3k-6.25k steps and had test 0.85 at 11.75k; with the
+        # symbols-only readout seed 0 had test 0.876 at 16k, still rising), the other
         # gated-baseline runs 3k (not asserted),
         # the NDR 6k forward / 16k backward (the backward readout -- <E> must find the
         # leftmost function at a length-dependent distance -- is learned last: a 12k-step
