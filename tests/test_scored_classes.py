@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from sglab.config import build_run_config
 from sglab.models import build_model
 from sglab.tasks import build_task
+from sglab.tasks.base import target_loss
 from sglab.train.loop import Trainer, load_model
 
 CTL = {"name": "ctl", "train_size": 400, "iid_valid_size": 64, "ood_valid_size": 64,
@@ -78,7 +79,6 @@ def test_a_trained_run_reloads_with_its_classes(tmp_path):
 def _tanh_input_after_training(scored, seed, steps=25):
     """Median |data-FFN output| (the input of Eq. 5.2's tanh) of a copy-gated layer with the
     thesis code's tanh update after ``steps`` Adam steps at lr 2e-3."""
-    from sglab.tasks.base import target_loss
     config = build_run_config({
         "seed": seed,
         "task": {**CTL, "train_size": 2000, "scored_classes": scored, "train_sampling": "uniform"},
