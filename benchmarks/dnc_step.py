@@ -2,12 +2,15 @@
 
     python benchmarks/dnc_step.py                               # every DNC experiment, 1 thread
     python benchmarks/dnc_step.py --experiment dnc-key-value --members 1 3 --steps 40
+    python benchmarks/dnc_step.py --members 1 --steps 500 --compile  # compiled time step
 
 For each experiment's ``default`` base config (variant DNC-MDS unless ``--variant``), trains
 ``--steps`` iterations alone (``--members 1``) and as a vmapped ensemble of K seeds, one torch
 thread, evaluation pushed past the end. Reports seconds per iteration, milliseconds per
 sequence time step (mean sequence length of the task's validation batches) and how many
 iterations fit in ``--budget-minutes`` for the preset's runs on ``--workers`` processes.
+With ``--compile`` the figure includes compiling the step (about 20-30 s the first time a
+shape is seen, a few seconds from torch's on-disk cache after that): use enough steps.
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ from sglab.train.ensemble import EnsembleTrainer
 EXPERIMENTS = ("dnc-repeat-copy", "dnc-associative-recall", "dnc-key-value")
 
 
-def measure(name: str, variant: str, members: int, steps: int) -> dict:
+def measure(name: str, variant: str, members: int, steps: int, compile: bool = False) -> dict:
     experiment = registry.experiment(name)
     params = experiment.presets["default"]
     overrides = {"model.variant": variant, "train.steps": steps, "train.eval_interval": 10 * steps,
                  "train.checkpoint_interval": 10 * steps, "train.log_interval": 10 * steps,
-                 "train.threads": 1, "task.valid_batches": 1}
+                 "train.threads": 1, "task.valid_batches": 1, "train.compile": compile}
     if "M" in variant.removeprefix("DNC"):
         overrides["model.mask_min"] = params.get("mask_min", 0.0)
     configs = [build_run_config(params["base"], {**overrides, "seed": seed})
@@ -63,12 +66,14 @@ def main() -> int:
     parser.add_argument("--members", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--compile", action="store_true",
+                        help="train.compile: lone runs compile the DNC's time step")
     parser.add_argument("--budget-minutes", type=float, default=25.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     for name in args.experiment or EXPERIMENTS:
         for members in args.members:
-            row = measure(name, args.variant, members, args.steps)
+            row = measure(name, args.variant, members, args.steps, args.compile)
             if members == row["seeds"]:  # one ensemble per variant, spread over the workers
                 waves = -(-row["variants_in_preset"] // args.workers)
                 row["iterations_in_budget"] = int(args.budget_minutes * 60

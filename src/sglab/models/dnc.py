@@ -15,7 +15,8 @@ weights detached), allocation, write content weights on M_{t-1}, write weights, 
 update, links and precedence, temporal reads on L_t, read content weights on the memory
 *after* the write, read weights, read vectors. The controller is a hand-written LSTM cell
 (``torch.func.vmap`` has no batching rule for ``aten::lstm_cell``), so ensembles of DNCs
-train vmapped like every other model.
+train vmapped like every other model. With ``train.compile`` a lone run compiles the time
+step (:meth:`DNC.compile_step`) rather than the forward, which loops over time.
 
 I/O: ``io: bits`` reads packed bit rows (bit i of ``input_ids[b, t]`` is input channel i)
 and returns one logit per output bit, [batch, time, output_bits]; ``io: tokens`` embeds
@@ -320,6 +321,31 @@ class DNC(nn.Module):
                     start += size
         self.dnc = MemoryHooks()
 
+    def step(self, inputs: torch.Tensor, controller: tuple[torch.Tensor, torch.Tensor],
+             state: MemoryState):
+        """One time step: the controller reads [x_t; r_{t-1}], the interface drives the
+        memory (Eqs. A.5-A.12), the output reads [h_t; r_t]. Returns the output, the new
+        controller and memory states, and the distributions the hook points show."""
+        cfg = self.config
+        controller = self.controller(torch.cat([inputs, state.read_vectors.flatten(1)], dim=-1),
+                                     controller)
+        parts = split_interface(self.interface(controller[0]), cfg.cell_width, cfg.read_heads,
+                                cfg.masked_lookup, cfg.link_sharpness, cfg.mask_min)
+        state, extra = memory_step(state, parts, cfg.dealloc_content)
+        output = self.output(torch.cat([controller[0], state.read_vectors.flatten(1)], -1))
+        shown = {"read_modes": parts["read_modes"], "forward_links": extra["forward_links"],
+                 "backward_links": extra["backward_links"],
+                 "write_masks": parts.get("write_mask"), "read_masks": parts.get("read_masks")}
+        return output, controller, state, shown
+
+    def compile_step(self) -> DNC:
+        """``train.compile``: compile :meth:`step`, not the whole forward. The forward loops
+        over time, so a compiled forward would unroll it and recompile for every sequence
+        length; the step has the same shapes at every time step and every length, so it
+        compiles once per batch size (and once more for evaluation without gradients)."""
+        self._step = torch.compile(self.step)
+        return self
+
     def forward(self, input_ids: torch.Tensor, key_padding_mask: torch.Tensor | None = None):
         cfg = self.config
         if self.embedding is None:
@@ -328,24 +354,22 @@ class DNC(nn.Module):
             inputs = self.embedding(input_ids)
         batch, steps = input_ids.shape
         state = MemoryState.zeros(batch, cfg.memory_cells, cfg.cell_width, cfg.read_heads, inputs)
-        hidden = inputs.new_zeros(batch, cfg.controller_size)
-        controller = (hidden, hidden)
+        # separate tensors, and inputs one contiguous [batch, bits] slab a step: a compiled
+        # step then sees the same strides and no aliasing at every length
+        controller = (inputs.new_zeros(batch, cfg.controller_size),
+                      inputs.new_zeros(batch, cfg.controller_size))
+        inputs = inputs.transpose(0, 1).contiguous()  # [T, B, in]
         watched = self.dnc.watched()
         trace: dict[str, list[torch.Tensor]] = {name: [] for name in watched}
         outputs = []
+        step = getattr(self, "_step", self.step)
         for t in range(steps):
-            controller = self.controller(
-                torch.cat([inputs[:, t], state.read_vectors.flatten(1)], dim=-1), controller)
-            parts = split_interface(self.interface(controller[0]), cfg.cell_width, cfg.read_heads,
-                                    cfg.masked_lookup, cfg.link_sharpness, cfg.mask_min)
-            state, extra = memory_step(state, parts, cfg.dealloc_content)
-            outputs.append(self.output(torch.cat([controller[0], state.read_vectors.flatten(1)], -1)))
+            output, controller, state, shown = step(inputs[t], controller, state)
+            outputs.append(output)
             if watched:
                 found = {"memory": state.memory, "usage": state.usage,
-                         "write_weights": state.write_weights, "read_weights": state.read_weights,
-                         "read_modes": parts["read_modes"], "forward_links": extra["forward_links"],
-                         "backward_links": extra["backward_links"],
-                         "write_masks": parts.get("write_mask"), "read_masks": parts.get("read_masks")}
+                         "write_weights": state.write_weights,
+                         "read_weights": state.read_weights, **shown}
                 for name in watched:
                     if found[name] is not None:
                         trace[name].append(found[name])

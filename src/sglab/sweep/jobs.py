@@ -76,6 +76,15 @@ def member_tokens_per_step(config: RunConfig) -> int:
 ROW_AT_A_TIME_MODELS = frozenset({"dnc", "fnn"})
 
 
+# Models that compile their one-step function under ``train.compile`` (the DNC); a vmapped
+# ensemble cannot use it, and compiled lone runs are faster than stacked eager members:
+# associative recall at `default` size (DNC-MDS, batch 16, one thread, with one other job
+# on the 2 cores) 0.027 s an iteration compiled alone (600 iterations, compiling from the
+# on-disk cache included), 0.067 eager alone, 0.144 for 3 stacked eager members (0.048 a
+# member); repeat copy 0.027 compiled alone, 0.164 for 3 stacked members.
+STEP_COMPILED_MODELS = frozenset({"dnc"})
+
+
 def member_rows_per_op(config: RunConfig) -> int:
     """How many rows one op of a member's step works on, which decides whether stacking
     members amortises per-op overhead on a CPU: the step's tokens for models that process
@@ -86,16 +95,20 @@ def member_rows_per_op(config: RunConfig) -> int:
 
 
 def ensembles_pay_off(config: RunConfig) -> bool:
-    """Whether batching this run with others is worth it on the device it trains on. On a
-    GPU when a member's step is small (it leaves the GPU launch-bound), not when it holds
-    ``GPU_ENSEMBLE_MAX_TOKENS`` tokens or more. On a CPU only without dropout, for
-    decoder-only models and while a member's ops see fewer than ``CPU_ENSEMBLE_MAX_ROWS``
-    rows (:func:`member_rows_per_op`): the stacked step saves little there, and lone runs
-    keep the exact dropout masks and run ids of a lone run."""
+    """Whether batching this run with others is worth it on the device it trains on. Never
+    for a :data:`STEP_COMPILED_MODELS` model with ``train.compile`` (an ensemble would
+    compile its whole vmapped forward, unrolled over time). On a GPU when a member's step is
+    small (it leaves the GPU launch-bound), not when it holds ``GPU_ENSEMBLE_MAX_TOKENS``
+    tokens or more. On a CPU only without dropout, for decoder-only models and while a
+    member's ops see fewer than ``CPU_ENSEMBLE_MAX_ROWS`` rows (:func:`member_rows_per_op`):
+    the stacked step saves little there, and lone runs keep the exact dropout masks and run
+    ids of a lone run."""
     import torch
 
     from sglab.models.dropout import dropout_fields_on
 
+    if config.train.compile and config.model.name in STEP_COMPILED_MODELS:
+        return False
     device = config.train.device
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         return member_tokens_per_step(config) < GPU_ENSEMBLE_MAX_TOKENS

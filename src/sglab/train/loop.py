@@ -127,12 +127,20 @@ def forward_statistics(model: torch.nn.Module) -> Iterator[dict[str, float]]:
                   for name, (value, count) in totals.items()})
 
 
+def compiled_for_training(model: torch.nn.Module) -> torch.nn.Module:
+    """``train.compile`` for one run: ``torch.compile`` of the whole model, except for a
+    model that steps through time (it has ``compile_step``, e.g. the DNC), which compiles
+    its one-step function in place and is returned itself."""
+    compile_step = getattr(model, "compile_step", None)
+    return compile_step() if compile_step is not None else torch.compile(model)
+
+
 class LoneStep:
     """The optimizer step of a single run: forward, loss, backward, clipping, step."""
 
     def __init__(self, run: RunProgress, causal: bool):
         cfg, device = run.cfg, run.device
-        self.compiled = torch.compile(run.model) if cfg.compile else run.model
+        self.compiled = compiled_for_training(run.model) if cfg.compile else run.model
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                          if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
         self.causal = causal
