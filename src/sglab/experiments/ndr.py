@@ -348,11 +348,12 @@ class NDRArithmetic(DepthExperiment):
         # than the thesis code's mixed trees (structure: thesis_code; README, P18-P19). Every
         # model sees 256k training examples: the gated ones 4k steps of 64 at lr 2e-3 with
         # no residual dropout, the NDR with the App. E FFN and no attention dropout as in
-        # probe P3 (README) and as ndr-ctl's NDR; the others 2k steps of 128
+        # probe P3 (README) and as ndr-ctl's NDR; the others 2k steps of 128. Every model
+        # scores the 10 digits only (the thesis code's heads; P22-P23 in the README)
         "default": depth_task_preset(
             {"name": "arithmetic", "train_size": 50_000, "train_depths": (1, 3),
              "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 25,
-             "deep_operand": "right"},
+             "deep_operand": "right", "scored_classes": "labels"},
             steps=2000, gated_steps=4000, lstm_steps=2000, seeds=[0], d_model=64, n_heads=4,
             n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=8, lstm_d_model=128,
             lstm_layers=2, batch=128, gated_batch=64, lr=1e-3, gated_lr=2e-3, eval_every=250,
