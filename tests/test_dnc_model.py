@@ -345,3 +345,26 @@ def test_compiled_dnc_runs_train_alone_not_stacked():
 
     assert executions([config(0, False), config(1, False)], True) == ["ensemble"] * 2
     assert executions([config(0, True), config(1, True)], True) == ["alone"] * 2
+
+
+def test_every_model_a_worker_trains_gets_its_step_compiled(monkeypatch):
+    """A sweep worker trains runs one after another: each model compiles its step afresh,
+    so a worker that trains many variants never reaches dynamo's recompile limit (8), past
+    which later runs would step eagerly."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=counting_backend))
+    cfg = DNCConfig(memory_cells=5, cell_width=4, controller_size=8)
+    for run in range(6):
+        model = DNC(cfg, 2, input_bits=5, output_bits=3).compile_step()
+        before = len(graphs)
+        model(torch.randint(0, 32, (4, 5))).sum().backward()
+        with torch.no_grad():
+            model(torch.randint(0, 32, (4, 5)))
+        assert len(graphs) - before == 3, run
+    torch._dynamo.reset()

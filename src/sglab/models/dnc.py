@@ -343,6 +343,10 @@ class DNC(nn.Module):
         over time, so a compiled forward would unroll it and recompile for every sequence
         length; the step has the same shapes at every time step and every length, so it
         compiles once per batch size (and once more for evaluation without gradients)."""
+        # a sweep worker trains runs one after another: every model's step adds graphs
+        # guarded on its own weights to the one code object, and past dynamo's recompile
+        # limit (8) later runs would silently step eagerly; start each model afresh
+        torch._dynamo.reset()
         self._step = torch.compile(self.step)
         return self
 
