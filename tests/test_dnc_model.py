@@ -294,12 +294,11 @@ def test_bad_model_config_is_a_clear_error(change, needle):
         build_run_config({"model": {"name": "dnc"}, "task": {"name": "addition"}}, change)
 
 
-def test_compiled_step_equals_eager_and_compiles_once_for_every_length(monkeypatch):
-    """``train.compile`` compiles the DNC's one-step function, not the forward: sequences of
-    any length reuse the same graphs (with gradients one for the first step, whose zero state
-    needs none, and one for the rest; without gradients one for every step), and outputs
-    and gradients equal the eager model's. A counting backend stands in for inductor (it
-    runs dynamo's captured graph eagerly, so no C++ is compiled in the test)."""
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The graphs ``torch.compile`` captures, in order. A counting backend stands in for
+    inductor (it runs dynamo's captured graph eagerly, so no C++ is compiled in the tests);
+    dynamo's caches are cleared afterwards."""
     graphs = []
 
     def counting_backend(gm, example_inputs):
@@ -308,7 +307,16 @@ def test_compiled_step_equals_eager_and_compiles_once_for_every_length(monkeypat
 
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=counting_backend))
+    yield graphs
     torch._dynamo.reset()
+
+
+def test_compiled_step_equals_eager_and_compiles_once_for_every_length(compiled_graphs):
+    """``train.compile`` compiles the DNC's one-step function, not the forward: sequences of
+    any length reuse the same graphs (with gradients one for the first step, whose zero state
+    needs none, and one for the rest; without gradients one for every step), and outputs
+    and gradients equal the eager model's."""
+    graphs = compiled_graphs
     cfg = DNCConfig(variant="DNC-MDS", memory_cells=5, cell_width=4, controller_size=8,
                     read_heads=2, mask_min=0.1)
     torch.manual_seed(0)
@@ -330,7 +338,6 @@ def test_compiled_step_equals_eager_and_compiles_once_for_every_length(monkeypat
             x = torch.randint(0, 32, (4, length))
             torch.testing.assert_close(compiled(x), eager(x))
     assert len(graphs) == 3  # without gradients the first step is no different
-    torch._dynamo.reset()
 
 
 def test_compiled_dnc_runs_train_alone_not_stacked():
@@ -347,18 +354,11 @@ def test_compiled_dnc_runs_train_alone_not_stacked():
     assert executions([config(0, True), config(1, True)], True) == ["alone"] * 2
 
 
-def test_every_model_a_worker_trains_gets_its_step_compiled(monkeypatch):
+def test_every_model_a_worker_trains_gets_its_step_compiled(compiled_graphs):
     """A sweep worker trains runs one after another: each model compiles its step afresh,
     so a worker that trains many variants never reaches dynamo's recompile limit (8), past
     which later runs would step eagerly."""
-    graphs = []
-
-    def counting_backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=counting_backend))
+    graphs = compiled_graphs
     cfg = DNCConfig(memory_cells=5, cell_width=4, controller_size=8)
     for run in range(6):
         model = DNC(cfg, 2, input_bits=5, output_bits=3).compile_step()
@@ -367,4 +367,3 @@ def test_every_model_a_worker_trains_gets_its_step_compiled(monkeypatch):
         with torch.no_grad():
             model(torch.randint(0, 32, (4, 5)))
         assert len(graphs) - before == 3, run
-    torch._dynamo.reset()

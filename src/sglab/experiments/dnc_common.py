@@ -34,8 +34,8 @@ def dnc_base(task: dict[str, Any], cells: int, width: int, controller: int, step
              batch: int, eval_every: int, lr: float = 1e-4, heads: int = 1,
              threads: int | None = 1, compile: bool = False) -> dict[str, Any]:
     """A DNC run as the authors train it (RMSProp, momentum 0.9, L2 1e-5, clip 10, bit
-    loss); ``compile`` compiles the DNC's time step (each seed then trains alone: 2.7x an
-    eager lone run's speed, 2x a stacked member's; ``benchmarks/dnc_step.py --compile``)."""
+    loss); ``compile`` compiles the DNC's time step (each seed then trains alone: 2.5-3.1x an
+    eager lone run's speed, 1.8-2x a stacked member's; ``benchmarks/dnc_step.py --compile``)."""
     return {
         "task": task,
         "model": {"name": "dnc", "memory_cells": cells, "cell_width": width,
@@ -46,7 +46,7 @@ def dnc_base(task: dict[str, Any], cells: int, width: int, controller: int, step
                   "eval_interval": eval_every, "log_interval": eval_every,
                   "checkpoint_interval": eval_every * 4,
                   "target_metric": f"{SPLIT}/exact_match", "threads": threads,
-                  **({"compile": True} if compile else {})},
+                  "compile": compile},
     }
 
 

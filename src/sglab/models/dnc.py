@@ -343,9 +343,10 @@ class DNC(nn.Module):
         over time, so a compiled forward would unroll it and recompile for every sequence
         length; the step has the same shapes at every time step and every length, so it
         compiles once per batch size (and once more for evaluation without gradients)."""
-        # a sweep worker trains runs one after another: every model's step adds graphs
-        # guarded on its own weights to the one code object, and past dynamo's recompile
-        # limit (8) later runs would silently step eagerly; start each model afresh
+        # a sweep worker trains runs one after another: each variant or size adds its
+        # graphs to the one code object, and past dynamo's recompile limit (8) later runs
+        # would silently step eagerly; start each model afresh (this clears every compiled
+        # function in the process: a worker trains one run at a time)
         torch._dynamo.reset()
         self._step = torch.compile(self.step)
         return self
