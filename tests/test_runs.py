@@ -111,3 +111,27 @@ def test_format_mean_std():
     assert format_mean_std([0.5]) == "0.5000"
     assert format_mean_std([0.5, 0.7], digits=3) == "0.600 ± 0.141"
     assert format_mean_std([0.0076, 0.0082], digits=3, significant=True) == "0.0079 ± 0.00042"
+
+
+def test_preset_param_changes_reach_the_runs_and_unknown_keys_are_errors(tmp_path, capsys):
+    from sglab import registry
+    from sglab.cli import main
+
+    experiment = registry.experiment("masks-add-mul")
+    params = experiment.preset("quick", changes=["models=[LSTM]", "lstm_hidden=12"])
+    assert params["models"] == ["LSTM"] and experiment.presets["quick"]["models"] != ["LSTM"]
+    configs = experiment.configs(params, [])
+    assert [(c.model.name, c.model.d_model) for c in configs] == [("lstm", 12)]
+    ndr = registry.experiment("ndr-arithmetic").preset(
+        "quick", changes=["variants.ndr.train.steps=7"])
+    assert ndr["variants"]["ndr"]["train"]["steps"] == 7
+    for change, named in (("modelz=[LSTM]", "'modelz'"),
+                          ("variants.ndr.train.stepz=7", "'variants.ndr.train.stepz'"),
+                          ("models.x=1", "'models.x'")):
+        with pytest.raises(SglabError, match=named):
+            registry.experiment("masks-add-mul" if "model" in change else "ndr-arithmetic"
+                                ).preset("quick", changes=[change])
+    out = tmp_path / "out"
+    assert main(["run", "masks-add-mul", "--preset", "quick", "--param", "modelz=[LSTM]",
+                 "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    assert "keys there: " in capsys.readouterr().err and not out.exists()

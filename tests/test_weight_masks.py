@@ -163,6 +163,31 @@ def test_recurrent_base_loops_over_mask_samples():
     assert not torch.allclose(together[:2], base(ids[:2]), atol=1e-3)
 
 
+
+@pytest.mark.parametrize("layers,dropout", [(1, 0.0), (2, 0.3)])
+def test_recurrent_base_mode_for_cudnn(layers, dropout):
+    """cuDNN's RNN backward needs training mode: a base RNN without dropout between its
+    layers follows the mask's mode (same outputs as in eval mode); one with dropout stays
+    in eval mode and trains outside cuDNN."""
+    from sglab.models.masked import MaskedConfig, MaskedModel
+
+    base = build_model(build_run_config({"task": {"name": "add_mul"},
+                                         "model": {"name": "lstm", "d_model": 8,
+                                                   "n_layers": layers,
+                                                   "dropout": dropout}}).model, 13, 5)
+    model = MaskedModel(MaskedConfig(base_run="unused"), base)
+    rnn = next(m for m in base.modules() if isinstance(m, torch.nn.RNNBase))
+    ids = torch.randint(1, 13, (4, 5))
+    masks = {n: m[None] for n, m in model.final_masks().items()}
+    evaluated = model.eval().forward_masked(ids, masks)
+    assert not rnn.training
+    model.train()
+    assert rnn.training == (dropout == 0) and not base.drop.training
+    assert torch.equal(model.forward_masked(ids, masks), evaluated)
+    with model._rnn_backend():
+        assert torch.backends.cudnn.enabled == (dropout == 0)
+    assert torch.backends.cudnn.enabled
+
 def test_lstm_repeat_schedules():
     config = build_run_config({"task": {"name": "double_add"},
                                "model": {"name": "lstm", "d_model": 8, "dropout": 0.0,

@@ -128,6 +128,9 @@ def run(
     preset: Annotated[str, typer.Option(help="quick | default | paper")] = "default",
     seeds: Annotated[int | None, typer.Option(help="Override the preset's number of seeds.")] = None,
     set_: Sets = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Change one of the preset's own parameters, KEY=VALUE with the value "
+                        "as YAML, e.g. models='[LSTM]' (repeatable; keys the preset has).")] = None,
     out: Annotated[Path | None, typer.Option(help="Output dir (default: results/NAME-PRESET).")] = None,
     runs_dir: RunsDir = None,
     workers: Workers = None,
@@ -146,7 +149,7 @@ def run(
     results = run_experiment(experiment, preset, out_dir, runs_dir_from(
         str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
         overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble, backend=backend,
-        address=address)
+        address=address, params=list(param or []))
     failed = [c for c in results["claims"] if c["passed"] is False]
     _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglab.config import RunConfig, apply_overrides
+from sglab.config import RunConfig, apply_overrides, parse_override
 from sglab.errors import SglabError
 from sglab.experiments.claims import Claim
 from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
@@ -32,7 +32,11 @@ class Experiment:
     description: str
     presets: dict[str, dict[str, Any]]
 
-    def preset(self, name: str, seeds: int | None = None) -> dict[str, Any]:
+    def preset(self, name: str, seeds: int | None = None,
+               changes: list[str] | None = None) -> dict[str, Any]:
+        """The preset's parameters; ``seeds`` replaces its seeds by ``0..seeds-1`` and each
+        of ``changes`` (``KEY=VALUE``, dotted into nested parameters, the value read as YAML)
+        replaces one parameter the preset already has."""
         if name not in self.presets:
             raise SglabError(f"experiment {self.name!r} has no preset {name!r}; "
                              f"presets: {', '.join(self.presets)}")
@@ -41,6 +45,8 @@ class Experiment:
             if seeds < 1:
                 raise SglabError("--seeds must be at least 1")
             params["seeds"] = list(range(seeds))
+        for text in changes or []:
+            set_preset_param(params, text, f"{self.name}:{name}")
         return params
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
@@ -88,18 +94,35 @@ class Experiment:
         return apply_overrides(first.base, dict(first.overrides))
 
 
+def set_preset_param(params: dict[str, Any], text: str, where: str) -> None:
+    """Apply ``KEY=VALUE`` to a preset's parameters in place; only keys the preset has."""
+    path, value = parse_override(text)
+    node = params
+    for depth, key in enumerate(path):
+        if not isinstance(node, dict) or key not in node:
+            known = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
+            raise SglabError(f"--param {text}: preset {where} has no parameter "
+                             f"{'.'.join(path[:depth + 1])!r}; keys there: {known}")
+        if depth == len(path) - 1:
+            node[key] = value
+        node = node[key]
+
+
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                    runs_dir: str | Path, workers: int | None = None, threads: int | None = None,
                    seeds: int | None = None, overrides: list[str] | None = None,
                    printer=print, ensemble: bool = True, backend: str = "local",
-                   address: str | None = None) -> dict[str, Any]:
+                   address: str | None = None, params: list[str] | None = None) -> dict[str, Any]:
     """Train (or reuse) every run of the preset, analyze, write results.json + report.html.
 
-    ``backend`` picks where the runs train (``local`` process pool or ``ray``; see
-    :mod:`sglab.sweep.backends`); the analysis always runs here."""
+    ``params`` change the preset's own parameters (``KEY=VALUE``, e.g. the models it
+    compares), ``overrides`` the run configs. ``backend`` picks where the runs train
+    (``local`` process pool or ``ray``; see :mod:`sglab.sweep.backends`); the analysis
+    always runs here."""
     started = time.perf_counter()
     check_backend(backend, address, workers)
-    params, overrides = experiment.settings(experiment.preset(preset, seeds), list(overrides or []))
+    params, overrides = experiment.settings(experiment.preset(preset, seeds, params),
+                                            list(overrides or []))
     out_dir, runs_dir = Path(out_dir), Path(runs_dir)
     arms, configs, summaries = [], [], []
     with backend_session(backend, address):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -320,7 +320,19 @@ class MaskedModel(nn.Module):
     def train(self, mode: bool = True):
         super().train(mode)
         self.base.eval()  # the frozen net stays in eval mode (dropout off)
+        for module in self.base.modules():
+            # cuDNN has no RNN backward in eval mode; an RNN without dropout between its
+            # layers computes the same in both modes, so it follows ``mode``
+            if isinstance(module, nn.RNNBase) and module.dropout == 0:
+                module.train(mode)
         return self
+
+    def _rnn_backend(self):
+        """Outside cuDNN while training through an RNN that must stay in eval mode (one
+        with dropout between its layers): cuDNN's RNN backward needs training mode."""
+        fixed = self.training and any(isinstance(m, nn.RNNBase) and not m.training
+                                      for m in self.base.modules())
+        return torch.backends.cudnn.flags(enabled=False) if fixed else nullcontext()
 
     def mask_logits(self) -> dict[str, torch.Tensor]:
         """Logits by base parameter name."""
@@ -373,10 +385,11 @@ class MaskedModel(nn.Module):
 
         if self.loop:
             rows = batch // samples
-            return torch.cat([one({n: w[k] for n, w in stacked.items()},
-                                  input_ids[k * rows:(k + 1) * rows],
-                                  {n: v[k] for n, v in slices.items()})
-                              for k in range(samples)])
+            with self._rnn_backend():
+                return torch.cat([one({n: w[k] for n, w in stacked.items()},
+                                      input_ids[k * rows:(k + 1) * rows],
+                                      {n: v[k] for n, v in slices.items()})
+                                  for k in range(samples)])
 
         out = vmap(one)(stacked, input_ids.reshape(samples, batch // samples,
                                                    *input_ids.shape[1:]), slices)
