@@ -56,6 +56,22 @@ def test_gumbel_sigmoid_is_bernoulli_of_sigmoid(logit, tau):
     assert abs(samples.mean() - expected) < 4 * (expected * (1 - expected) / 20000) ** 0.5
 
 
+
+def test_gumbel_sigmoid_soft_sample_follows_eq_3_1():
+    """The straight-through gradient is ds/dl = s (1 - s) / tau of the soft sample s, whose
+    distribution must be that of Eq. 3.1's two-uniform formula."""
+    from scipy.stats import ks_2samp
+
+    torch.manual_seed(1)
+    logits = torch.full((20000,), 0.7, requires_grad=True)
+    gumbel_sigmoid(logits, 1, 0.5).sum().backward()  # one sample: grad = s (1 - s) / tau
+    u1, u2 = torch.rand(2, 20000)
+    soft = torch.sigmoid((0.7 - torch.log(torch.log(u1) / torch.log(u2))) / 0.5)
+    expected = (soft * (1 - soft) / 0.5).numpy()
+    assert ks_2samp(logits.grad.numpy(), expected).pvalue > 0.01
+    wrong = torch.sigmoid((0.7 - torch.log(torch.log(u1) / torch.log(u2))) / 1.0)  # tau 1
+    assert ks_2samp(logits.grad.numpy(), (wrong * (1 - wrong) / 0.5).numpy()).pvalue < 1e-6
+
 def test_straight_through_gradient_reaches_logits():
     logits = torch.zeros(5, requires_grad=True)
     gumbel_sigmoid(logits, 3).sum().backward()
