@@ -241,14 +241,15 @@ def test_deeper_split_claims_rank_the_baselines_the_issue_names():
     assert listops.deeper_split_claim({**ahead, "ndr": 0.64}).passed is False
 
 
-def test_arithmetic_default_gives_every_model_the_same_examples():
-    """Gated models 4k steps of 64, the others 2k of 128; the NDR with the App. E FFN."""
+def test_arithmetic_default_budgets():
+    """Gated models 8k steps of 64, the others 2k of 128; the NDR with the App. E FFN."""
     experiment = registry.experiment("ndr-arithmetic")
     params = experiment.preset("default")
     runs = {arm.labels["variant"]: config for arm, config
             in zip(experiment.arms(params), experiment.configs(params, []))}
     examples = {k: c.train.steps * c.train.batch_size for k, c in runs.items()}
-    assert set(examples.values()) == {256_000}
+    assert examples == {"ndr": 512_000, "abs_rel_gate": 512_000, "transformer": 256_000,
+                        "rel": 256_000, "lstm": 256_000, "bilstm": 256_000}
     assert runs["ndr"].model.copy_gate_ffn == "gelu_residual"
     assert runs["abs_rel_gate"].model.copy_gate_ffn == "relu"
     assert runs["ndr"].train.batch_size == 64 and runs["rel"].train.batch_size == 128
