@@ -2,7 +2,8 @@
 
 ``masked`` wraps the model of a finished run (``base_run``, read from the run store the
 model is built in). Each masked weight w_i gets a logit l_i; only the logits train, the
-base network is frozen and always in eval mode (no dropout). A training forward pass
+base network is frozen and always in eval mode (no dropout; an RNN without dropout between
+its layers follows the mask's mode, as cuDNN's RNN backward needs). A training forward pass
 splits the batch into ``mask_samples`` (K) slices and draws one binary mask per slice
 with the straight-through Gumbel-sigmoid; the K masked weight sets are stacked and the
 base network runs once per slice under ``torch.func.vmap`` over ``functional_call``.
