@@ -56,7 +56,6 @@ def test_gumbel_sigmoid_is_bernoulli_of_sigmoid(logit, tau):
     assert abs(samples.mean() - expected) < 4 * (expected * (1 - expected) / 20000) ** 0.5
 
 
-
 def test_gumbel_sigmoid_soft_sample_follows_eq_3_1():
     """The straight-through gradient is ds/dl = s (1 - s) / tau of the soft sample s, whose
     distribution must be that of Eq. 3.1's two-uniform formula."""
@@ -71,6 +70,7 @@ def test_gumbel_sigmoid_soft_sample_follows_eq_3_1():
     assert ks_2samp(logits.grad.numpy(), expected).pvalue > 0.01
     wrong = torch.sigmoid((0.7 - torch.log(torch.log(u1) / torch.log(u2))) / 1.0)  # tau 1
     assert ks_2samp(logits.grad.numpy(), (wrong * (1 - wrong) / 0.5).numpy()).pvalue < 1e-6
+
 
 def test_straight_through_gradient_reaches_logits():
     logits = torch.zeros(5, requires_grad=True)
@@ -179,7 +179,6 @@ def test_recurrent_base_loops_over_mask_samples():
     assert not torch.allclose(together[:2], base(ids[:2]), atol=1e-3)
 
 
-
 @pytest.mark.parametrize("layers,dropout", [(1, 0.0), (2, 0.3)])
 def test_recurrent_base_mode_for_cudnn(layers, dropout):
     """cuDNN's RNN backward needs training mode: a base RNN without dropout between its
@@ -203,6 +202,7 @@ def test_recurrent_base_mode_for_cudnn(layers, dropout):
     with model._rnn_backend():
         assert torch.backends.cudnn.enabled == (dropout == 0)
     assert torch.backends.cudnn.enabled
+
 
 def test_lstm_repeat_schedules():
     config = build_run_config({"task": {"name": "double_add"},
