@@ -277,6 +277,37 @@ def test_listops_splits_have_the_requested_dependency_depths():
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
 
 
+def test_listops_draws_only_the_chosen_operators_and_labels_stay_correct():
+    task = _task("listops", train_size=300, iid_valid_size=50, ood_valid_size=40, test_size=40,
+                 train_depths=(1, 3), ood_valid_depths=(4, 4), test_depths=(5, 5),
+                 max_tokens=30, max_arguments=3, operators=("MIN", "MAX", "MED"))
+    assert "[SM" not in task.vocab.tokens and "[MED" in task.vocab.tokens
+    ops, args = collections.Counter(), []
+    for split in ("train", "iid_valid", "ood_valid", "ood_test"):
+        data = task.split(split)
+        for row, length, label in zip(data.tokens, data.lengths, data.labels):
+            words = task.vocab.decode(row[:length])
+            ops.update(w for w in words if w.startswith("["))
+            # rebuild the tree from its prefix tokens and check the stored label
+            stack = [[]]
+            for w in words[1:-1]:
+                if w.startswith("["):
+                    stack.append([w[1:]])
+                elif w == "]":
+                    op, *operands = stack.pop()
+                    args.append(len(operands))
+                    stack[-1].append((op, tuple(operands)))
+                else:
+                    stack[-1].append(int(w))
+            assert task.vocab.decode([label]) == [str(value(stack[0][0]))]
+    assert set(ops) == {"[MIN", "[MAX", "[MED"} and min(ops.values()) > 50
+    assert 2 <= min(args) and max(args) == 3
+    with pytest.raises(SglabError, match="operators"):
+        _task("listops", operators=("MIN", "MIN"))
+    with pytest.raises(SglabError, match="operators"):
+        _task("listops", operators=("MIN", "DIV"))
+
+
 def test_classification_tasks_need_a_classifier_model():
     task = _task("ctl", train_size=200)
     with pytest.raises(SglabError, match="readout"):

@@ -52,12 +52,17 @@ class ListOpsConfig(ClassificationTaskConfig):
     sublist_probability: float = Field(0.3, ge=0, le=1, description="Chance an extra argument is a list.")
     max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
     boundary_tokens: bool = True
+    operators: tuple[Literal["MIN", "MAX", "MED", "SM"], ...] = Field(
+        OPERATORS, min_length=1, description="Operators drawn (thesis: all four); a CPU proxy "
+                                             "may leave some out. Only these enter the vocabulary.")
 
     @model_validator(mode="after")
     def _check(self):
         check_split_ranges("depth", self.train_depths, self.ood_valid_depths, self.test_depths)
         if self.min_arguments > self.max_arguments:
             raise ValueError("min_arguments must not exceed max_arguments")
+        if len(set(self.operators)) != len(self.operators):
+            raise ValueError(f"operators {self.operators} repeat one; name each at most once")
         return self
 
     def evaluation_splits(self) -> list[str]:
@@ -141,7 +146,7 @@ class ListOpsTask(SequenceClassificationTask):
             return None
         for _ in range(30):
             n_args = int(rng.integers(cfg.min_arguments, cfg.max_arguments + 1))
-            op = OPERATORS[int(rng.integers(len(OPERATORS)))]
+            op = cfg.operators[int(rng.integers(len(cfg.operators)))]
             args = [self.generate(int(rng.integers(1, min(depth - 1, 2) + 1)), rng, 12)
                     if depth > 1 and rng.random() < cfg.sublist_probability
                     else int(rng.integers(10)) for _ in range(n_args - 1)]
@@ -156,7 +161,7 @@ class ListOpsTask(SequenceClassificationTask):
     def build(self):
         cfg = self.config
         rng = np.random.default_rng(cfg.data_seed)
-        vocab = Vocabulary([BEGIN, END, *(f"[{op}" for op in OPERATORS), "]", *map(str, range(10))])
+        vocab = Vocabulary([BEGIN, END, *(f"[{op}" for op in cfg.operators), "]", *map(str, range(10))])
         seen: set[str] = set()
         splits = {"iid_valid": self._sample(rng, cfg.train_depths, cfg.iid_valid_size, seen, True),
                   "train": self._sample(rng, cfg.train_depths, cfg.train_size, seen, False)}
