@@ -404,7 +404,11 @@ class NDRListOps(DepthExperiment):
             n_layers=3, gated_d_model=16, gated_heads=2, gated_layers=4, lstm_d_model=16,
             lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="first",
             gate_dropout=0.05, eval_steps=6),
-        # CPU proxy: dependency depths 1-3 / 4 / 5, at most 30 tokens, d 64, 10 steps (12 at test)
+        # CPU proxy: dependency depths 1-3 / 4 / 5, at most 30 tokens, d 64, 10 steps (12 at test).
+        # No model fits these depths at this budget (README, P9-P11, P25-P28). Without SM and
+        # with 2-3 arguments (task.operators, task.max_arguments) every model learns, and the
+        # NDR leads the transformers but not yet the LSTMs after 4k steps (P29-P34), 21 min
+        # for the NDR alone: not yet a 30-minute preset
         "default": depth_task_preset(
             {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
              "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
