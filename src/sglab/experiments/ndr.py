@@ -407,8 +407,8 @@ class NDRListOps(DepthExperiment):
         # CPU proxy: dependency depths 1-3 / 4 / 5, at most 30 tokens, d 64, 10 steps (12 at test).
         # No model fits these depths at this budget (README, P9-P11, P25-P28). Without SM and
         # with 2-3 arguments (task.operators, task.max_arguments) every model learns, and the
-        # NDR leads the transformers but not yet the LSTMs after 4k steps (P29-P34), 21 min
-        # for the NDR alone: not yet a 30-minute preset
+        # NDR leads the transformers after 4k steps (21 min alone on a core) and is level with
+        # the LSTMs after 8k (P29-P34): no 30-minute preset passes yet
         "default": depth_task_preset(
             {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
              "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
