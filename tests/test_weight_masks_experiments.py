@@ -84,6 +84,33 @@ def test_lstm_nets_train_their_own_number_of_steps():
     assert {arm.config().train.steps for arm in add_mul.arms(params)} == {params["base_steps"]}
 
 
+def test_paper_lstm_is_the_thesis_codes_two_layers_with_its_own_beta():
+    # RobertCsordas/modules: the LSTM has 2 layers of 256 (profiles add_mul, tuple); on
+    # double addition its masks use beta 1e-4 where the FNN's use 4e-4 (sweeps tuple_rnn,
+    # tuple_feedforward_big)
+    double_add = experiment("masks-double-add")
+    params = {**double_add.preset("paper"), "seeds": [0]}
+    layers = {arm.labels["model"]: arm.config().model for arm in double_add.arms(params)}
+    assert {m: (c.name, getattr(c, "n_layers", None)) for m, c in layers.items()} == {
+        "FNN": ("fnn", None), "LSTM": ("lstm", 2), "LSTM forced": ("lstm", 2)}
+
+    class Base(dict):  # the three things mask_arms reads of a finished base run
+        run_id, seed = "base", 0
+
+    bases = [Base(model=variant) for variant in ("FNN", "LSTM", "LSTM forced")]
+    betas = {(a.labels["model"], a.labels["mask"]): a.base["model"]["beta"]
+             for a in double_add.mask_arms(params, bases)}
+    assert len(betas) == 4 * 3  # FNN sanity masks the FNN's net
+    assert {b for (m, _), b in betas.items() if m.startswith("FNN")} == {4e-4}
+    assert {b for (m, _), b in betas.items() if m.startswith("LSTM")} == {1e-4}
+    del params["lstm_beta"]  # without it every mask uses the shared beta
+    assert {a.base["model"]["beta"] for a in double_add.mask_arms(params, bases)} == {4e-4}
+    assert {arm.config().model.n_layers for arm in double_add.arms({**params, "lstm_layers": 1})
+            if arm.labels["model"] == "LSTM"} == {1}
+    add_mul = experiment("masks-add-mul").preset("paper")
+    assert add_mul["lstm_layers"] == 2 and "lstm_beta" not in add_mul
+
+
 def test_masks_math_quick_preset_end_to_end(tmp_path):
     results = run_experiment(experiment("masks-math"), "quick", tmp_path / "out",
                              tmp_path / "runs", workers=1, threads=1, printer=lambda line: None)

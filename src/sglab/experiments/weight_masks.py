@@ -94,7 +94,10 @@ class WeightMaskExperiment(Experiment):
         if variant == "FNN":
             return {"name": "fnn", "hidden": params["hidden"], "outputs": self.outputs,
                     "passes": self.passes}
-        lstm = {"name": "lstm", "d_model": params["lstm_hidden"], "dropout": 0.0,
+        # the thesis code's LSTM (RobertCsordas/modules, profiles add_mul and tuple): 2
+        # layers of 256
+        lstm = {"name": "lstm", "d_model": params["lstm_hidden"],
+                "n_layers": params["lstm_layers"], "dropout": 0.0,
                 "outputs": self.outputs, "input_mode": "repeat", "repeat_steps": self.steps}
         return lstm | ({"schedule": "forced"} if variant == "LSTM forced" else {})
 
@@ -106,6 +109,15 @@ class WeightMaskExperiment(Experiment):
         if variant.startswith("LSTM"):
             return params.get("lstm_base_steps", params["base_steps"])
         return params["base_steps"]
+
+    @staticmethod
+    def beta(params, variant: str) -> float:
+        """The mask regularizer of ``variant``'s masks: ``lstm_beta`` for the recurrent
+        ones when the preset sets it (the thesis code's double addition: 4e-4 for the FNN,
+        1e-4 for the LSTM), else ``beta``."""
+        if variant.startswith("LSTM"):
+            return params.get("lstm_beta", params["beta"])
+        return params["beta"]
 
     def base_variant(self, variant: str) -> str:
         """The variant whose nets ``variant``'s masks train on (itself unless edited)."""
@@ -127,7 +139,8 @@ class WeightMaskExperiment(Experiment):
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         """Per base net: the full-task and subtask masks of each variant that masks it."""
-        return [mask_arm(params, base, {"model": variant, "mask": mask},
+        return [mask_arm({**params, "beta": self.beta(params, variant)}, base,
+                         {"model": variant, "mask": mask},
                          self.task_config(params, subset), base.seed,
                          **({"base_edit": self.edited[variant][1]}
                             if variant in self.edited else {}))
@@ -277,14 +290,15 @@ class WeightMaskExperiment(Experiment):
             caption="Histogram of the keep probabilities sigmoid(l) of the final mask logits, "
                     "500 bins, first seed, linear and log counts (thesis Fig. B.3).")
         size = params["hidden"] if variant.startswith("FNN") else \
-            f"hidden {params['lstm_hidden']}"
+            f"{params['lstm_layers']} x {params['lstm_hidden']}"
         edit = (f" The masks train on the {self.base_variant(variant)} nets with "
                 f"model.base_edit={self.edited[variant][1]}: {self.edit_text}"
                 if variant in self.edited else "")
         return {"title": f"{variant}: masks on their own and the other subtask",
                 "text": f"{len(seeds)} seed(s); {variant} {size}, base "
                         f"{self.base_steps(params, self.base_variant(variant))} "
-                        f"steps, masks {params['mask_steps']} steps, beta {params['beta']}."
+                        f"steps, masks {params['mask_steps']} steps, beta "
+                        f"{self.beta(params, variant)}."
                         + edit,
                 "tables": [table, hidden_table, half_table, sharing_table, kept_table,
                            *self.extra_tables(seeds)], "figures": [figure, histogram]}
@@ -348,12 +362,14 @@ class AddMul(WeightMaskExperiment):
     thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3}
     presets = {
         "quick": {**sizes([64, 64], 400, 200, [0], 1e-4, 500), **thresholds,
-                  "models": ["FNN", "LSTM"], "lstm_hidden": 16},
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 16, "lstm_layers": 1},
         # the LSTM's steps are cheap and 10,000 left it at 90.6% on multiplication (one seed)
         "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 1e-4, 2000), **thresholds,
-                    "models": ["FNN", "LSTM"], "lstm_hidden": 128, "lstm_base_steps": 20000},
+                    "models": ["FNN", "LSTM"], "lstm_hidden": 128, "lstm_layers": 1,
+                    "lstm_base_steps": 20000},
+        # the LSTM: 2 layers of 256 (thesis code, profile add_mul)
         "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 1e-4, 10000), **thresholds,
-                  "models": ["FNN", "LSTM"], "lstm_hidden": 256},
+                  "models": ["FNN", "LSTM"], "lstm_hidden": 256, "lstm_layers": 2},
     }
 
     def extra_measures(self, model, task, final) -> dict[str, Any]:
@@ -419,14 +435,18 @@ class DoubleAdd(WeightMaskExperiment):
                  "layers cannot tell the pairs apart (thesis App. B.3.1, Fig. B.2).")
     presets = {
         "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
-                  "models": ["FNN", "FNN sanity", "LSTM forced"], "lstm_hidden": 16},
+                  "models": ["FNN", "FNN sanity", "LSTM forced"], "lstm_hidden": 16,
+                  "lstm_layers": 1},
         # 800-800-400: at 400-400-200 the pair masks share 40-68% of their hidden weights
         # and an inverted pair mask keeps only 49-59% of the other pair (smaller nets share
         # more, B.3.3; README); 2 seeds to fit 30 minutes
         "default": {**sizes([800, 800, 400], 10000, 2000, [0, 1], 4e-4, 2000), **thresholds,
-                    "models": ["FNN", "FNN sanity"], "lstm_hidden": 128},
+                    "models": ["FNN", "FNN sanity"], "lstm_hidden": 128, "lstm_layers": 1},
+        # beta 4e-4 is the FNN's (B.3.5); the thesis code's LSTM (sweep tuple_rnn): 2 layers
+        # of 256, beta 1e-4
         "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
-                  "models": ["FNN", "FNN sanity", "LSTM", "LSTM forced"], "lstm_hidden": 256},
+                  "models": ["FNN", "FNN sanity", "LSTM", "LSTM forced"], "lstm_hidden": 256,
+                  "lstm_layers": 2, "lstm_beta": 1e-4},
     }
 
     def claims(self, params, variant, seeds):
