@@ -102,22 +102,14 @@ class WeightMaskExperiment(Experiment):
         return lstm | ({"schedule": "forced"} if variant == "LSTM forced" else {})
 
     @staticmethod
-    def base_steps(params, variant: str) -> int:
-        """Training steps of ``variant``'s nets: ``lstm_base_steps`` for the recurrent ones
-        when the preset sets it (their steps are cheap, and they learn multiplication
-        slower), else ``base_steps``."""
+    def variant_param(params, variant: str, key: str) -> Any:
+        """``params[key]`` for ``variant``; the recurrent variants take ``lstm_<key>`` when
+        the preset sets it: ``lstm_base_steps`` (their steps are cheap, and they learn
+        multiplication slower) and ``lstm_beta`` (the thesis code's double addition: beta
+        4e-4 for the FNN's masks, 1e-4 for the LSTM's)."""
         if variant.startswith("LSTM"):
-            return params.get("lstm_base_steps", params["base_steps"])
-        return params["base_steps"]
-
-    @staticmethod
-    def beta(params, variant: str) -> float:
-        """The mask regularizer of ``variant``'s masks: ``lstm_beta`` for the recurrent
-        ones when the preset sets it (the thesis code's double addition: 4e-4 for the FNN,
-        1e-4 for the LSTM), else ``beta``."""
-        if variant.startswith("LSTM"):
-            return params.get("lstm_beta", params["beta"])
-        return params["beta"]
+            return params.get(f"lstm_{key}", params[key])
+        return params[key]
 
     def base_variant(self, variant: str) -> str:
         """The variant whose nets ``variant``'s masks train on (itself unless edited)."""
@@ -131,7 +123,8 @@ class WeightMaskExperiment(Experiment):
             if self.base_variant(variant) not in models:
                 raise SglabError(f"models: {variant!r} masks the nets of "
                                  f"{self.base_variant(variant)!r}; list that variant too")
-        return [base_arm({**params, "base_steps": self.base_steps(params, variant)},
+        return [base_arm({**params, "base_steps": self.variant_param(params, variant,
+                                                                     "base_steps")},
                          {"model": variant}, self.task_config(params, "all"),
                          self.model(params, variant), seed)
                 for variant in models if variant not in self.edited
@@ -139,7 +132,7 @@ class WeightMaskExperiment(Experiment):
 
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         """Per base net: the full-task and subtask masks of each variant that masks it."""
-        return [mask_arm({**params, "beta": self.beta(params, variant)}, base,
+        return [mask_arm({**params, "beta": self.variant_param(params, variant, "beta")}, base,
                          {"model": variant, "mask": mask},
                          self.task_config(params, subset), base.seed,
                          **({"base_edit": self.edited[variant][1]}
@@ -296,9 +289,9 @@ class WeightMaskExperiment(Experiment):
                 if variant in self.edited else "")
         return {"title": f"{variant}: masks on their own and the other subtask",
                 "text": f"{len(seeds)} seed(s); {variant} {size}, base "
-                        f"{self.base_steps(params, self.base_variant(variant))} "
+                        f"{self.variant_param(params, self.base_variant(variant), 'base_steps')} "
                         f"steps, masks {params['mask_steps']} steps, beta "
-                        f"{self.beta(params, variant)}."
+                        f"{self.variant_param(params, variant, 'beta')}."
                         + edit,
                 "tables": [table, hidden_table, half_table, sharing_table, kept_table,
                            *self.extra_tables(seeds)], "figures": [figure, histogram]}
