@@ -51,3 +51,18 @@ def test_variants_of_one_experiment_are_separate_ensembles_and_delta_needs_m():
     key_value = registry.experiment("dnc-key-value")
     for config in key_value.configs(key_value.presets["default"], []):
         assert config.model.mask_bias_init == (1.0 if config.model.variant == "DNC-M" else 0.0)
+
+
+def test_mechanism_probes_use_the_seed_with_the_lowest_final_validation_loss(tmp_path):
+    from sglab.experiments.dnc_common import SPLIT, best_seed
+    from sglab.experiments.runs import FinishedRun, RunSet
+
+    experiment = registry.experiment("dnc-repeat-copy")
+    params = experiment.presets["default"]
+    arms = [arm for arm in experiment.arms(params) if arm.labels["variant"] == "DNC-DS"]
+    losses = {0: 40.0, 1: 0.5, 2: 3.0}  # seed 0 never left the plateau, seed 1 solved it
+    runs = RunSet(FinishedRun(arm.labels, arm.config(),
+                              {"run_id": f"ds-{arm.seed}", "final": {f"{SPLIT}/loss": losses[arm.seed]}},
+                              tmp_path / str(arm.seed)) for arm in arms)
+    assert [run.seed for run in runs] == [0, 1, 2]
+    assert best_seed(runs).seed == 1

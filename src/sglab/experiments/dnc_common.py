@@ -117,6 +117,13 @@ def loss_figure(runs: RunSet, variants: list[str], out_dir: Path, title: str,
                         "standard deviations. " + caption, panel_title=title)
 
 
+def best_seed(runs: RunSet) -> FinishedRun:
+    """The run with the lowest final validation loss. The mechanism figures (thesis Figs.
+    2.2b, 2.4) show a network that learned its task; a seed still on the loss plateau shows
+    none, and which seeds leave it is a lottery at CPU budgets (README)."""
+    return min(runs, key=lambda run: run.final[f"{SPLIT}/loss"])
+
+
 def probe(run: FinishedRun, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
     """Time-stacked memory states of the run's last model on its first validation batch."""
     def compute(run):
