@@ -75,13 +75,27 @@ def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
             scan.arms({**scan.preset("quick"), "splits": splits})
 
 
-def test_lstm_nets_train_their_own_number_of_steps():
+class Base(dict):
+    """The three things ``mask_arms`` reads of a finished base run: labels, id, seed."""
+    run_id, seed = "base", 0
+
+
+def test_lstm_nets_and_masks_train_their_own_number_of_steps():
     add_mul = experiment("masks-add-mul")
     params = add_mul.preset("default")
     steps = {arm.labels["model"]: arm.config().train.steps for arm in add_mul.arms(params)}
     assert steps == {"FNN": params["base_steps"], "LSTM": params["lstm_base_steps"]}
-    del params["lstm_base_steps"]  # without it every net trains base_steps
+
+    bases = [Base(model=variant) for variant in ("FNN", "LSTM")]
+    masks = {(a.labels["model"], a.labels["mask"]): a.config().train.steps
+             for a in add_mul.mask_arms(params, bases)}
+    assert masks == {**{("FNN", m): params["mask_steps"] for m in ("full", "add", "mul")},
+                     **{("LSTM", m): params["lstm_mask_steps"] for m in ("full", "add", "mul")}}
+    assert params["lstm_mask_steps"] > params["mask_steps"]
+    del params["lstm_base_steps"], params["lstm_mask_steps"]  # without them: the shared steps
     assert {arm.config().train.steps for arm in add_mul.arms(params)} == {params["base_steps"]}
+    assert {a.config().train.steps for a in add_mul.mask_arms(params, bases)} == \
+        {params["mask_steps"]}
 
 
 def test_paper_lstm_is_the_thesis_codes_two_layers_with_its_own_beta():
@@ -93,9 +107,6 @@ def test_paper_lstm_is_the_thesis_codes_two_layers_with_its_own_beta():
     layers = {arm.labels["model"]: arm.config().model for arm in double_add.arms(params)}
     assert {m: (c.name, getattr(c, "n_layers", None)) for m, c in layers.items()} == {
         "FNN": ("fnn", None), "LSTM": ("lstm", 2), "LSTM forced": ("lstm", 2)}
-
-    class Base(dict):  # the three things mask_arms reads of a finished base run
-        run_id, seed = "base", 0
 
     bases = [Base(model=variant) for variant in ("FNN", "LSTM", "LSTM forced")]
     betas = {(a.labels["model"], a.labels["mask"]): a.base["model"]["beta"]
