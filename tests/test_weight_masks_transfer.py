@@ -141,6 +141,36 @@ def test_free_weights_start_fresh_or_from_the_base(chain):
         assert not torch.equal(fresh.base_weights()[name][~frozen], net[name][~frozen])
 
 
+def test_fnn_xavier_init_and_standardized_pixel_values():
+    """The thesis code's FNN: Xavier-normal weights (ReLU gain, gain 1 on the output layer),
+    zero biases, and images standardized by a mean and a std before the first layer."""
+    def fnn(**fields):
+        config = build_run_config({"task": task_config(1),
+                                   "model": {"name": "fnn", "hidden": [600, 500], "outputs": 1,
+                                             "classes": 10, "input_encoding": "value",
+                                             **fields}})
+        return build_model(config.model, 17, 64)
+
+    torch.manual_seed(0)
+    model = fnn(init="xavier", input_mean=0.3, input_std=0.4)
+    for i, layer in enumerate(model.layers):
+        fan_out, fan_in = layer.weight.shape
+        gain = 1.0 if i == len(model.layers) - 1 else 2 ** 0.5
+        expected = gain * (2 / (fan_in + fan_out)) ** 0.5
+        assert abs(float(layer.weight.detach().std()) / expected - 1) < 0.06, i
+        assert bool((layer.bias == 0).all())
+    default = fnn()
+    first = default.layers[0]  # PyTorch's init: uniform within 1/sqrt(fan_in), biases too
+    assert float(first.weight.detach().abs().max()) <= 64 ** -0.5 and bool(first.bias.any())
+    ids = torch.randint(0, 17, (5, 64))
+    model.load_state_dict(default.state_dict())
+    x = (ids.float() / 16 - 0.3) / 0.4
+    for i, layer in enumerate(model.layers):
+        x = layer(x) if i == len(model.layers) - 1 else torch.relu(layer(x))
+    assert torch.allclose(model(ids).squeeze(1), x, atol=1e-6)
+    assert not torch.allclose(default(ids), model(ids))
+
+
 def test_transfer_sharing_counts_reuse_of_earlier_masks():
     earlier = [torch.tensor([1, 1, 0, 0, 0, 0]), torch.tensor([0, 1, 1, 0, 0, 0])]
     current = torch.tensor([0, 0, 1, 1, 1, 1])

@@ -40,8 +40,9 @@ VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
 
 
 def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
-                    mask_samples=4) -> dict[str, Any]:
-    return {"hidden": hidden, "base_steps": base_steps, "mask_steps": mask_steps,
+                    mask_samples=4, init="torch", standardize=False) -> dict[str, Any]:
+    return {"hidden": hidden, "init": init, "standardize": standardize,
+            "base_steps": base_steps, "mask_steps": mask_steps,
             "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
             "mask_samples": mask_samples, "batch": 128, "sharing_max": 0.2, "free_min": 0.5,
             "accuracy_share": 0.9}
@@ -85,7 +86,9 @@ class Transfer(Experiment):
         sees every permutation alike (its first layer's columns are drawn independently),
         so they are the reference for every task."""
         model = {"name": "fnn", "hidden": params["hidden"], "outputs": 1, "classes": 10,
-                 "input_encoding": "value"}
+                 "input_encoding": "value", "init": params["init"]}
+        if params["standardize"]:
+            model.update(input_mean=0.305, input_std=0.376)
         return [base_arm(params, {"chain": str(seed)}, self.task(1), model, seed)
                 for seed in params["seeds"]]
 

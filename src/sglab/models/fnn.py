@@ -35,6 +35,14 @@ class FNNConfig(ModelConfig):
     input_encoding: Literal["one_hot", "value"] = Field(
         "one_hot", description="one_hot: a one-hot block per position; value: id / (vocab - 1) "
                                "per position (one input each, e.g. pixel intensities).")
+    input_mean: float = Field(0.0, description="input_encoding value: subtracted from the values "
+                                               "(the thesis code standardizes images).")
+    input_std: float = Field(1.0, gt=0, description="input_encoding value: the values are "
+                                                    "divided by it after input_mean.")
+    init: Literal["torch", "xavier"] = Field(
+        "torch", description="torch: PyTorch's Linear init (Kaiming-uniform weights and biases); "
+                             "xavier: the thesis code's Xavier-normal weights with the ReLU gain "
+                             "(gain 1 on the output layer) and zero biases.")
     classifier: Literal[True] = True
 
     @model_validator(mode="after")
@@ -57,12 +65,19 @@ class FNN(nn.Module):
         self.classes = config.classes or vocab_size
         sizes = [inputs, *config.hidden, config.outputs * self.classes]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        if config.init == "xavier":
+            for i, layer in enumerate(self.layers):
+                last = i == len(self.layers) - 1
+                nn.init.xavier_normal_(layer.weight,
+                                       gain=1.0 if last else nn.init.calculate_gain("relu"))
+                nn.init.zeros_(layer.bias)
 
     def net(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.config.input_encoding == "one_hot":
             x = F.one_hot(input_ids, self.vocab_size)[..., 1:].flatten(1).float()
         else:
             x = input_ids.float() / max(self.vocab_size - 1, 1)
+            x = (x - self.config.input_mean) / self.config.input_std
         for i, layer in enumerate(self.layers):
             x = layer(x)
             if i < len(self.layers) - 1:
