@@ -171,6 +171,14 @@ def test_fnn_xavier_init_and_standardized_pixel_values():
     assert not torch.allclose(default(ids), model(ids))
 
 
+def test_paper_preset_uses_the_thesis_codes_init_and_standardized_inputs():
+    transfer = experiment("masks-transfer")
+    paper = transfer.arms(transfer.presets["paper"])[0].base["model"]
+    default = transfer.arms(transfer.presets["default"])[0].base["model"]
+    assert (paper["init"], paper["input_mean"], paper["input_std"]) == ("xavier", 0.305, 0.376)
+    assert default["init"] == "torch" and "input_mean" not in default
+
+
 def test_transfer_sharing_counts_reuse_of_earlier_masks():
     earlier = [torch.tensor([1, 1, 0, 0, 0, 0]), torch.tensor([0, 1, 1, 0, 0, 0])]
     current = torch.tensor([0, 0, 1, 1, 1, 1])

@@ -68,7 +68,8 @@ class Transfer(Experiment):
         "quick": transfer_preset([16, 16, 8], 100, 40, 3, [0], ["uniform 2"]),
         "default": transfer_preset([256, 256, 32], 1500, 1000, 5, [0, 1, 2], ["uniform 2"]),
         "paper": transfer_preset([800, 800, 64], 20000, 30000, 11, list(range(10)),
-                                 list(VARIANTS), mask_samples=8),
+                                 list(VARIANTS), mask_samples=8, init="xavier",
+                                 standardize=True),
     }
 
     # ------------------------------------------------------------------ runs
@@ -87,8 +88,8 @@ class Transfer(Experiment):
         so they are the reference for every task."""
         model = {"name": "fnn", "hidden": params["hidden"], "outputs": 1, "classes": 10,
                  "input_encoding": "value", "init": params["init"]}
-        if params["standardize"]:
-            model.update(input_mean=0.305, input_std=0.376)
+        if params["standardize"]:  # the thesis code standardizes images: the 8x8 digits'
+            model.update(input_mean=0.305, input_std=0.376)  # pixel / 16 mean and std
         return [base_arm(params, {"chain": str(seed)}, self.task(1), model, seed)
                 for seed in params["seeds"]]
 
