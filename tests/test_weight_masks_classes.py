@@ -82,6 +82,21 @@ def test_permutation_is_a_fixed_bijection_of_the_pixels():
     assert torch.equal(permuted.split("iid_test")["labels"], plain.split("iid_test")["labels"])
 
 
+def test_resized_digits_keep_labels_and_images_and_permute_all_positions():
+    plain, big = digits(), digits(side=28, permutation=5)
+    small, large = plain.split("iid_test")["pixels"], digits(side=28).split("iid_test")["pixels"]
+    assert large.shape == (len(small), 784) and big.max_length == 784
+    assert int(large.min()) >= 0 and int(large.max()) <= 16
+    # bilinear resizing keeps each image: its mean level within half a level, and the
+    # 2x2-pooled 16x16 version correlated with the original pixels
+    assert float((large.float().mean(1) - small.float().mean(1)).abs().max()) < 0.5
+    sixteen = digits(side=16).split("iid_test")["pixels"].float().view(-1, 1, 16, 16)
+    pooled = torch.nn.functional.avg_pool2d(sixteen, 2).flatten(1)
+    assert float(torch.corrcoef(torch.stack([pooled.flatten(), small.float().flatten()]))[0, 1]) > 0.95
+    assert torch.equal(big.split("iid_test")["pixels"], large[:, pixel_permutation(5, 28)])
+    assert torch.equal(big.split("iid_test")["labels"], plain.split("iid_test")["labels"])
+
+
 def test_bad_digits_and_cnn_settings_are_sglab_errors():
     with pytest.raises(SglabError, match="remove_class=10 is not a class"):
         build_run_config({"task": {"name": "digits", "remove_class": 10}})

@@ -177,6 +177,10 @@ def test_paper_preset_uses_the_thesis_codes_init_and_standardized_inputs():
     default = transfer.arms(transfer.presets["default"])[0].base["model"]
     assert (paper["init"], paper["input_mean"], paper["input_std"]) == ("xavier", 0.305, 0.376)
     assert default["init"] == "torch" and "input_mean" not in default
+    resized = {**transfer.presets["default"], "side": 28}
+    assert transfer.arms(resized)[0].base["task"] == {"name": "digits", "permutation": 1,
+                                                      "side": 28}
+    assert "side" not in transfer.arms(transfer.presets["default"])[0].base["task"]
 
 
 def test_transfer_sharing_counts_reuse_of_earlier_masks():

@@ -40,8 +40,8 @@ VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
 
 
 def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
-                    mask_samples=4, init="torch", standardize=False) -> dict[str, Any]:
-    return {"hidden": hidden, "init": init, "standardize": standardize,
+                    mask_samples=4, init="torch", standardize=False, side=8) -> dict[str, Any]:
+    return {"hidden": hidden, "init": init, "standardize": standardize, "side": side,
             "base_steps": base_steps, "mask_steps": mask_steps,
             "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
             "mask_samples": mask_samples, "batch": 128, "sharing_max": 0.2, "free_min": 0.5,
@@ -74,8 +74,11 @@ class Transfer(Experiment):
 
     # ------------------------------------------------------------------ runs
     @staticmethod
-    def task(t: int) -> dict[str, Any]:
-        return {"name": "digits", "permutation": t}
+    def task(params, t: int) -> dict[str, Any]:
+        task = {"name": "digits", "permutation": t}
+        if params["side"] != 8:  # resized digits (28: MNIST's 784 inputs)
+            task["side"] = params["side"]
+        return task
 
     @staticmethod
     def run_seed(seed: int, t: int) -> int:
@@ -90,7 +93,7 @@ class Transfer(Experiment):
                  "input_encoding": "value", "init": params["init"]}
         if params["standardize"]:  # the thesis code standardizes images: the 8x8 digits'
             model.update(input_mean=0.305, input_std=0.376)  # pixel / 16 mean and std
-        return [base_arm(params, {"chain": str(seed)}, self.task(1), model, seed)
+        return [base_arm(params, {"chain": str(seed)}, self.task(params, 1), model, seed)
                 for seed in params["seeds"]]
 
     @staticmethod
@@ -117,7 +120,7 @@ class Transfer(Experiment):
                     model["frozen_logit_init"] = frozen
                 arms.append(mask_arm(params, base, {"init": variant, "chain": str(seed),
                                                     "task": str(t)},
-                                     self.task(t), self.run_seed(seed, t), **model))
+                                     self.task(params, t), self.run_seed(seed, t), **model))
         return arms
 
     def stages(self, params):
@@ -188,8 +191,9 @@ class Transfer(Experiment):
                     "capacity.")
         tables = [self.task_table(params, variant, chains[variant], layers, names)
                   for variant in params["variants"]]
+        widths = "-".join(map(str, [params["side"] ** 2, *params["hidden"], 10]))
         text = (f"{len(params['seeds'])} seed(s), {params['tasks']} tasks (permutations "
-                f"1-{params['tasks']}); FNN 64-{'-'.join(map(str, params['hidden']))}-10 on "
+                f"1-{params['tasks']}); FNN {widths} on "
                 f"pixel values, biases masked; unmasked reference {params['base_steps']} "
                 f"steps at lr 1e-3; each task {params['mask_steps']} steps, masks and free "
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")

@@ -12,7 +12,9 @@ stratified split drawn from ``data_seed``.
 classes but c"); the evaluation splits keep every class and log the accuracy
 (``exact_match``), the mean per-class true-positive rate (``tpr``, balanced accuracy) and
 each class's rate (``tpr/class=3``). ``permutation`` (a seed) applies one fixed pixel
-permutation to every image (permuted digits, for transfer between permutations).
+permutation to every image (permuted digits, for transfer between permutations). ``side``
+resizes the images (bilinear, rounded to the pixel levels) before that: 28 gives the
+784 inputs of MNIST.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class DigitsConfig(TaskConfig):
                                                        "batches (null: train on all classes).")
     permutation: int | None = Field(None, description="Seed of a fixed pixel permutation "
                                                       "applied to every image (null: none).")
+    side: int = Field(SIDE, ge=SIDE, le=64, description="Images resized to side x side "
+                                                       "(bilinear, rounded to the 17 pixel "
+                                                       "levels): 28 gives MNIST's 784 inputs.")
 
     split_metrics = ("exact_match", "loss", "tpr")
 
@@ -81,9 +86,18 @@ def split_indices(labels: np.ndarray, valid_fraction: float, test_fraction: floa
     return {"train": np.sort(train), "iid_valid": np.sort(valid), "iid_test": np.sort(test)}
 
 
-def pixel_permutation(seed: int) -> torch.Tensor:
-    """A fixed permutation of the 64 pixel positions."""
-    return torch.randperm(SIDE * SIDE, generator=torch.Generator().manual_seed(seed))
+def pixel_permutation(seed: int, side: int = SIDE) -> torch.Tensor:
+    """A fixed permutation of the side x side pixel positions."""
+    return torch.randperm(side * side, generator=torch.Generator().manual_seed(seed))
+
+
+def resized(pixels: torch.Tensor, side: int) -> torch.Tensor:
+    """[n, 64] pixel ids -> [n, side * side]: bilinear resizing, rounded to the levels."""
+    if side == SIDE:
+        return pixels
+    images = pixels.view(-1, 1, SIDE, SIDE).double()
+    bigger = F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False)
+    return bigger.round().clamp(0, PIXEL_LEVELS - 1).long().flatten(1)
 
 
 def true_positive_rates(predictions: torch.Tensor, labels: torch.Tensor,
@@ -106,9 +120,10 @@ class DigitsTask(SplitsTask):
         self.config = config
         self.vocab = Vocabulary([Vocabulary.PAD, *(str(v) for v in range(1, PIXEL_LEVELS))])
         pixels, labels = load_images()
-        pixels, labels = torch.from_numpy(pixels), torch.from_numpy(labels)
+        pixels = resized(torch.from_numpy(pixels), config.side)
+        labels = torch.from_numpy(labels)
         if config.permutation is not None:
-            pixels = pixels[:, pixel_permutation(config.permutation)]
+            pixels = pixels[:, pixel_permutation(config.permutation, config.side)]
         index = split_indices(labels.numpy(), config.valid_fraction, config.test_fraction,
                               config.data_seed)
         self.splits = {name: {"pixels": pixels[torch.from_numpy(i)],
@@ -121,7 +136,7 @@ class DigitsTask(SplitsTask):
 
     @property
     def max_length(self) -> int:
-        return SIDE * SIDE
+        return self.config.side ** 2
 
     def check_model(self, model_config) -> None:
         classes = getattr(model_config, "classes", None)
