@@ -194,7 +194,9 @@ class Transfer(Experiment):
         widths = "-".join(map(str, [params["side"] ** 2, *params["hidden"], 10]))
         text = (f"{len(params['seeds'])} seed(s), {params['tasks']} tasks (permutations "
                 f"1-{params['tasks']}); FNN {widths} on "
-                f"pixel values, biases masked; unmasked reference {params['base_steps']} "
+                f"{'standardized ' if params['standardize'] else ''}pixel values "
+                f"({params['side']}x{params['side']}), {params['init']} init, biases masked; "
+                f"unmasked reference {params['base_steps']} "
                 f"steps at lr 1e-3; each task {params['mask_steps']} steps, masks and free "
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")
         section = {"title": "Transfer between permuted digits", "text": text,
