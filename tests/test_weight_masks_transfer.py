@@ -169,6 +169,8 @@ def test_fnn_xavier_init_and_standardized_pixel_values():
         x = layer(x) if i == len(model.layers) - 1 else torch.relu(layer(x))
     assert torch.allclose(model(ids).squeeze(1), x, atol=1e-6)
     assert not torch.allclose(default(ids), model(ids))
+    with pytest.raises(SglabError, match="input_encoding=value"):
+        build_run_config({"task": task_config(1), "model": {"name": "fnn", "input_mean": 0.3}})
 
 
 def test_paper_preset_uses_the_thesis_codes_init_and_standardized_inputs():

@@ -8,7 +8,9 @@ layer gives ``outputs`` answer slots of vocabulary logits, [batch, outputs, voca
 (``classes`` logits a slot instead when set). ``passes: per_pair`` runs the net twice,
 once with the second half of the positions zeroed (read out: the first half of the
 slots) and once with the first half zeroed (the second half of the slots): the double
-addition FNN of the thesis, which cannot reuse weights within one pass.
+addition FNN of the thesis, which cannot reuse weights within one pass. ``input_mean`` and
+``input_std`` standardize the values, and ``init: xavier`` is the thesis code's
+initialization (Xavier-normal weights with the ReLU gain, zero biases).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class FNNConfig(ModelConfig):
     def _check(self):
         if any(width < 1 for width in self.hidden):
             raise ValueError("hidden widths must be >= 1")
+        if self.input_encoding == "one_hot" and (self.input_mean, self.input_std) != (0.0, 1.0):
+            raise ValueError("input_mean and input_std standardize input_encoding=value; "
+                             "one-hot blocks are not standardized: drop them or set "
+                             "input_encoding=value")
         if self.passes == "per_pair" and self.outputs % 2:
             raise ValueError(f"passes=per_pair splits the answer slots in two: set an even "
                              f"outputs (got {self.outputs})")
