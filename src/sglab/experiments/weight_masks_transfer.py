@@ -29,6 +29,7 @@ from sglab.experiments.runs import FinishedRun, RunSet, format_mean_std
 from sglab.experiments.weight_masks import base_arm, guarded, mask_arm
 from sglab.registry import register_experiment
 from sglab.report.plots import Line, Panel, line_figure
+from sglab.tasks.digits import SIDE as DIGITS_SIDE
 
 SPLIT = "iid_test"
 FIRST = "layers.0.*"  # reset for every task and never frozen (thesis Sec. 3.2.3)
@@ -40,7 +41,8 @@ VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
 
 
 def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
-                    mask_samples=4, init="torch", standardize=False, side=8) -> dict[str, Any]:
+                    mask_samples=4, init="torch", standardize=False,
+                    side=DIGITS_SIDE) -> dict[str, Any]:
     return {"hidden": hidden, "init": init, "standardize": standardize, "side": side,
             "base_steps": base_steps, "mask_steps": mask_steps,
             "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
@@ -76,7 +78,7 @@ class Transfer(Experiment):
     @staticmethod
     def task(params, t: int) -> dict[str, Any]:
         task = {"name": "digits", "permutation": t}
-        if params["side"] != 8:  # resized digits (28: MNIST's 784 inputs)
+        if params["side"] != DIGITS_SIDE:  # resized digits (28: MNIST's 784 inputs)
             task["side"] = params["side"]
         return task
 
