@@ -58,7 +58,7 @@ def test_mechanism_probes_use_the_seed_with_the_lowest_final_validation_loss(tmp
     from sglab.experiments.runs import FinishedRun, RunSet
 
     experiment = registry.experiment("dnc-repeat-copy")
-    params = experiment.presets["default"]
+    params = experiment.preset("default", seeds=3)
     arms = [arm for arm in experiment.arms(params) if arm.labels["variant"] == "DNC-DS"]
     losses = {0: 40.0, 1: 0.5, 2: 3.0}  # seed 0 never left the plateau, seed 1 solved it
     runs = RunSet(FinishedRun(arm.labels, arm.config(),

@@ -33,6 +33,36 @@ def test_repeat_copy_blocks_repeat_their_data_after_the_flag():
     assert int(data.scored.sum(1)[0]) == (2 + 1) + (4 + 1) + (1 + 1)
 
 
+def test_repeat_copy_default_draws_the_authors_ranges_with_a_length_per_block():
+    """The `default` preset trains at the authors' ranges (L in [2, 14] rows, N in [1, 8]
+    blocks): blocks longer than App. A.2's L <= 8 (Fig. 2.4's read phases of 10-13 steps),
+    a length drawn per block, one layout per batch, sequences that overflow the memory."""
+    from sglab import registry
+
+    experiment = registry.experiment("dnc-repeat-copy")
+    config = experiment.configs(experiment.preset("default"), [])[0]
+    task = build_task(config.task)
+    sequences, generator = [], g(3)
+    for _ in range(300):
+        data = task.sample(generator, 2)
+        flag = unpack(data.inputs, 9)[..., 8]  # [2, T]
+        assert torch.equal(flag[0], flag[1])  # every row of a batch has the same blocks
+        blocks, position = [], 0
+        while position < flag.shape[1]:  # a block: L data rows, the flag, L + 1 blank rows
+            length = int(flag[0, position:].nonzero()[0])
+            blocks.append(length)
+            position += 2 * length + 2
+        assert position == flag.shape[1]
+        sequences.append(blocks)
+    lengths = [length for blocks in sequences for length in blocks]
+    assert (min(lengths), max(lengths)) == (2, 14)
+    assert (min(map(len, sequences)), max(map(len, sequences))) == (1, 8)
+    assert sum(length > 8 for length in lengths) > len(lengths) / 3
+    assert sum(len(set(blocks)) > 1 for blocks in sequences) > len(sequences) / 2
+    written = [sum(length + 1 for length in blocks) for blocks in sequences]
+    assert sum(rows > config.model.memory_cells for rows in written) > len(sequences) / 2
+
+
 def test_associative_recall_target_is_the_block_after_the_query():
     data, query = associative_recall(g(1), 64, blocks=5, words=3, bits=8)
     inputs, targets = unpack(data.inputs, 10), unpack(data.targets, 8)

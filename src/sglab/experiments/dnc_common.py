@@ -108,8 +108,9 @@ def curve_figure(runs: RunSet, variants: list[str], out_dir: Path, name: str, ti
 
 
 def loss_figure(runs: RunSet, variants: list[str], out_dir: Path, title: str,
-                ylabel: str = "loss per sequence (BCE summed over bits and steps)",
-                caption: str = "The training loss is not logged per evaluation; the fixed "
+                ylabel: str = "loss per sequence",
+                caption: str = "Loss: binary cross-entropy summed over bits and steps. The "
+                               "training loss is not logged per evaluation; the fixed "
                                "validation set stands in for it.") -> dict[str, str]:
     """Validation loss, mean ± 2σ over seeds per variant (thesis Figs. 2.2a, 2.3b)."""
     return curve_figure(runs, variants, out_dir, "loss", "validation loss", f"{SPLIT}/loss",

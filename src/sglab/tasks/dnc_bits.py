@@ -10,8 +10,10 @@ batches generated from ``data_seed``. Scored on the output phases: ``bit_accurac
 
 - ``dnc_repeat_copy``: N blocks, each of L data rows of 8 bits, a flag row (bit 8) and L+1
   blank rows; the target is L+1 blank rows, the data rows, the flag row. N·L above the
-  memory size forces cell reuse. The thesis draws L in [1, 8] and N in [2, 14]; the authors'
-  code swaps the two ranges. Both are set here: ``block_length`` (L) and ``blocks`` (N).
+  memory size forces cell reuse. App. A.2 of the thesis states L in [1, 8] and N in [2, 14];
+  the authors' code draws L in [2, 14] and N in [1, 8] (``AUTHORS_BLOCK_LENGTH``,
+  ``AUTHORS_BLOCKS``), and the thesis's Fig. 2.4 (read phases of up to 13 steps) was drawn at
+  those. Both are set here: ``block_length`` (L) and ``blocks`` (N).
 - ``dnc_associative_recall``: B blocks of 3 words of 8 bits, each followed by a delimiter row
   (bit 8), the last one replaced by an end row (bit 9); then a copy of block t (t <= B-2),
   an end row and 3 blank rows during which the target is block t+1.
@@ -41,6 +43,12 @@ def check_range(value: tuple[int, int], least: int = 1) -> tuple[int, int]:
         raise ValueError(f"range {list(value)} is empty or below {least}: give [low, high] with "
                          f"{least} <= low <= high")
     return value
+
+
+# the authors' `repeat_copy` profile (`len` 2-14, `repeat` 1-8); the field defaults below are
+# App. A.2's text
+AUTHORS_BLOCK_LENGTH = (2, 14)
+AUTHORS_BLOCKS = (1, 8)
 
 
 class BitTaskConfig(TaskConfig):
