@@ -367,3 +367,22 @@ def test_every_model_a_worker_trains_gets_its_step_compiled(compiled_graphs):
         with torch.no_grad():
             model(torch.randint(0, 32, (4, 5)))
         assert len(graphs) - before == 3, run
+
+
+def test_read_shares_split_the_read_weighting_and_empty_links_read_nothing():
+    """Eq. A.12: the read weights are pi[1] b + pi[2] c + pi[3] f, so the three shares add up
+    to their mass; with no links written (a fresh memory) a forward mode weight reads nothing."""
+    from sglab.experiments.dnc_common import read_shares
+
+    fresh = MemoryState.zeros(2, 6, 5, 2, torch.zeros(1))
+    for state, linked in ((random_state(batch=2), True), (fresh, False)):
+        parts = random_parts(batch=2, width=5, heads=2)
+        parts["read_modes"] = torch.tensor([0.1, 0.2, 0.7]).expand(2, 2, 3)
+        new, extra = memory_step(state, parts, dealloc_content=True)
+        shares = read_shares(parts["read_modes"], extra["backward_links"], extra["forward_links"])
+        torch.testing.assert_close(shares.sum(-1), new.read_weights.sum(-1))
+        assert torch.allclose(shares[..., 1], torch.tensor(0.2))  # content weights sum to 1
+        if linked:
+            assert float(shares[..., 2].min()) > 0
+        else:
+            assert float(shares[..., 0].abs().max()) == float(shares[..., 2].abs().max()) == 0.0

@@ -27,6 +27,7 @@ from sglab.experiments.dnc_common import (
     loss_area,
     loss_figure,
     probe,
+    read_shares,
     results_table,
     state_heatmaps,
     steps_to_loss,
@@ -115,33 +116,39 @@ class RepeatCopy(DNCExperiment):
         for variant in ("DNC-D", "DNC-DS"):
             if variant in variants:
                 run = best_seed(runs.where(variant=variant))
-                states, data = probe(run, ["forward_links", "read_modes"])
+                states, data = probe(run, ["forward_links", "backward_links", "read_modes"])
                 read = data.scored[0]
-                links[variant] = {"peak": float(states["forward_links"][0, read, 0].amax(-1).mean()),
-                                  "modes": states["read_modes"][0, read, 0].mean(0).tolist(),
-                                  "seed": run.seed}
+                forward, modes = states["forward_links"][0, :, 0], states["read_modes"][0, :, 0]
+                shares = read_shares(modes, states["backward_links"][0, :, 0], forward)
+                links[variant] = {"peak": float(forward[read].amax(-1).mean()),
+                                  "modes": modes[read].mean(0).tolist(),
+                                  "shares": shares[read].mean(0).tolist(), "seed": run.seed}
                 figures.append(state_heatmaps(
-                    out_dir, f"links_{variant}", [("forward links f_t", states["forward_links"][0, :, 0]),
-                                                  ("read modes (b, c, f)", states["read_modes"][0, :, 0])],
+                    out_dir, f"links_{variant}", [("forward links f_t", forward),
+                                                  ("read modes (b, c, f)", modes)],
                     f"{variant} (seed {run.seed}): forward links and read modes",
                     "Thesis Fig. 2.4: forward link distribution over cells and read modes "
                     "(backward, content, forward) over time, first validation sequence, the "
                     "variant's best seed (lowest final validation loss).", "cell / mode"))
         statement = ("With S the forward-link distribution in read phases peaks near 1 and the "
-                     "read modes favour forward links; with D alone content lookup dominates "
-                     "(Fig. 2.4).")
+                     "reads go through the forward links; with D alone content lookup "
+                     "dominates (Fig. 2.4).")
         if len(links) == 2:
             ds, d = links["DNC-DS"], links["DNC-D"]
             claims.append(claim("sharpness-gives-sharp-forward-reads", statement, {
                 "DNC-DS forward peak": ds["peak"], "DNC-D forward peak": d["peak"],
-                "DNC-DS forward mode": ds["modes"][2], "DNC-DS content mode": ds["modes"][1],
-                "DNC-D content mode": d["modes"][1], "DNC-D forward mode": d["modes"][2],
+                "DNC-DS forward share": ds["shares"][2], "DNC-DS content share": ds["shares"][1],
+                "DNC-D content share": d["shares"][1], "DNC-D forward share": d["shares"][2],
+                "read modes pi (b, c, f), DNC-DS": ds["modes"],
+                "read modes pi (b, c, f), DNC-D": d["modes"],
                 "seeds probed (DNC-DS, DNC-D)": [ds["seed"], d["seed"]]},
                 [greater_than("DNC-DS forward peak", "DNC-D forward peak"),
-                 greater_than("DNC-DS forward mode", "DNC-DS content mode"),
-                 greater_than("DNC-D content mode", "DNC-D forward mode")],
+                 greater_than("DNC-DS forward share", "DNC-DS content share"),
+                 greater_than("DNC-D content share", "DNC-D forward share")],
                 context="means over the read-phase steps of the first validation sequence, "
-                        "each variant's best seed (lowest final validation loss)"))
+                        "each variant's best seed (lowest final validation loss); a mode's "
+                        "share of the read weighting is its weight pi times the mass of its "
+                        "distribution (Eq. A.12): a mode weight on empty links reads nothing"))
         else:
             claims.append(not_measurable("sharpness-gives-sharp-forward-reads", statement,
                                          "the preset needs DNC-D and DNC-DS"))

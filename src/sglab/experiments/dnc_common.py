@@ -134,6 +134,15 @@ def probe(run: FinishedRun, names: list[str]) -> tuple[dict[str, torch.Tensor], 
     return run.measure("probe/" + ",".join(names), compute)
 
 
+def read_shares(modes: torch.Tensor, backward: torch.Tensor, forward: torch.Tensor) -> torch.Tensor:
+    """How much of the read weighting w^r = pi[1] b + pi[2] c + pi[3] f (Eq. A.12) each mode
+    supplies: pi[k] times the mass of its distribution, [..., 3] for (backward, content,
+    forward); the content weights sum to 1. A mode weight on empty links reads nothing, so
+    this, not pi alone, says which addressing a read uses."""
+    return modes * torch.stack([backward.sum(-1), torch.ones_like(backward[..., 0]),
+                                forward.sum(-1)], dim=-1)
+
+
 def state_heatmaps(out_dir: Path, name: str, panels: list[tuple[str, torch.Tensor]], title: str,
                    caption: str, ylabel: str) -> dict[str, str]:
     """Time x something heatmaps (first sequence of the probed batch), one per panel."""
@@ -182,4 +191,5 @@ def constructed_state_claims(cells: int = 8, width: int = 6) -> list[Claim]:
 
 
 __all__ = ["SPLIT", "constructed_state_claims", "curve_figure", "dnc_arms", "dnc_base", "loss_area",
-           "loss_figure", "probe", "results_table", "state_heatmaps", "steps_to_loss"]
+           "loss_figure", "probe", "read_shares", "results_table", "state_heatmaps",
+           "steps_to_loss"]
