@@ -33,7 +33,12 @@ from sglab.experiments.dnc_common import (
     steps_to_loss,
 )
 from sglab.experiments.runs import RunSet
-from sglab.tasks.dnc_bits import AUTHORS_BLOCK_LENGTH, AUTHORS_BLOCKS, RepeatCopyConfig
+from sglab.tasks.dnc_bits import (
+    AUTHORS_BLOCK_LENGTH,
+    AUTHORS_BLOCKS,
+    THESIS_BLOCK_LENGTH,
+    THESIS_BLOCKS,
+)
 
 QUICK = {"seeds": [0], "quiet": True}
 
@@ -152,13 +157,12 @@ class RepeatCopy(DNCExperiment):
         else:
             claims.append(not_measurable("sharpness-gives-sharp-forward-reads", statement,
                                          "the preset needs DNC-D and DNC-DS"))
-        task, text = params["base"]["task"], RepeatCopyConfig.model_fields
+        task = params["base"]["task"]
         return self.report(params, runs, out_dir, claims, figures,
                            f"L in {list(task['block_length'])} data rows a block, N in "
                            f"{list(task['blocks'])} blocks a sequence (the authors' code: L in "
                            f"{list(AUTHORS_BLOCK_LENGTH)}, N in {list(AUTHORS_BLOCKS)}; App. A.2's "
-                           f"text: L in {list(text['block_length'].default)}, N in "
-                           f"{list(text['blocks'].default)}).")
+                           f"text: L in {list(THESIS_BLOCK_LENGTH)}, N in {list(THESIS_BLOCKS)}).")
 
 
 class AssociativeRecall(DNCExperiment):

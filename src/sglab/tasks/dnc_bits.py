@@ -45,10 +45,10 @@ def check_range(value: tuple[int, int], least: int = 1) -> tuple[int, int]:
     return value
 
 
-# the authors' `repeat_copy` profile (`len` 2-14, `repeat` 1-8); the field defaults below are
-# App. A.2's text
-AUTHORS_BLOCK_LENGTH = (2, 14)
-AUTHORS_BLOCKS = (1, 8)
+# repeat-copy ranges (L rows a block, N blocks): App. A.2's text, the task's defaults, and the
+# authors' `repeat_copy` profile (`len` 2-14, `repeat` 1-8)
+THESIS_BLOCK_LENGTH, THESIS_BLOCKS = (1, 8), (2, 14)
+AUTHORS_BLOCK_LENGTH, AUTHORS_BLOCKS = (2, 14), (1, 8)
 
 
 class BitTaskConfig(TaskConfig):
@@ -64,8 +64,9 @@ class BitTaskConfig(TaskConfig):
 class RepeatCopyConfig(BitTaskConfig):
     name: Literal["dnc_repeat_copy"] = "dnc_repeat_copy"
     bits: int = Field(8, ge=1, description="Data bits per row (one more channel is the flag).")
-    block_length: tuple[int, int] = Field((1, 8), description="L, data rows per block (thesis).")
-    blocks: tuple[int, int] = Field((2, 14), description="N, blocks per sequence (thesis).")
+    block_length: tuple[int, int] = Field(THESIS_BLOCK_LENGTH,
+                                          description="L, data rows per block (thesis).")
+    blocks: tuple[int, int] = Field(THESIS_BLOCKS, description="N, blocks per sequence (thesis).")
 
     @field_validator("block_length", "blocks")
     @classmethod
