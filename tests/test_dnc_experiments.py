@@ -5,6 +5,7 @@ import json
 import pytest
 
 from sglab import registry
+from sglab.config import build_run_config
 from sglab.experiments import run_experiment
 
 EXPECTED = {
@@ -66,3 +67,20 @@ def test_mechanism_probes_use_the_seed_with_the_lowest_final_validation_loss(tmp
                               tmp_path / str(arm.seed)) for arm in arms)
     assert [run.seed for run in runs] == [0, 1, 2]
     assert best_seed(runs).seed == 1
+
+
+def test_recall_default_and_every_paper_preset_build_the_authors_model():
+    """The authors' init and -1/+1 input bits: the recall `default` (where they decide whether
+    a run leaves the plateau) and every `paper` preset of the bit tasks."""
+    from sglab.experiments.dnc_common import dnc_arms
+
+    chosen = [("dnc-associative-recall", "default")] + [
+        (name, "paper") for name in ("dnc-repeat-copy", "dnc-associative-recall", "dnc-key-value")]
+    for name, preset in chosen:
+        params = registry.experiment(name).presets[preset]
+        for arm in dnc_arms(params):
+            cfg = build_run_config(arm.base, arm.overrides)
+            assert (cfg.model.init, cfg.model.bit_inputs) == ("code", "signed"), (name, preset)
+    measured = registry.experiment("dnc-key-value").presets["default"]  # kept as measured
+    cfg = build_run_config(measured["base"], {})
+    assert (cfg.model.init, cfg.model.bit_inputs) == ("xavier", "binary")

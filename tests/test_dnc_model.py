@@ -288,6 +288,8 @@ def test_hooks_give_time_stacked_states():
     ({"model.variant": "DNC-M", "model.mask_min": 1.0}, "mask_min"),
     ({"model.variant": "DNC-M", "model.mask_min": -0.1}, "mask_min"),
     ({"model.variant": "DNC-D", "model.mask_min": 0.1}, "masked_lookup"),
+    ({"model.io": "tokens", "model.bit_inputs": "signed"}, "bit_inputs"),
+    ({"model.init": "kaiming"}, "init"),
 ])
 def test_bad_model_config_is_a_clear_error(change, needle):
     with pytest.raises(SglabError, match=needle):
@@ -386,3 +388,49 @@ def test_read_shares_split_the_read_weighting_and_empty_links_read_nothing():
             assert float(shares[..., 2].min()) > 0
         else:
             assert float(shares[..., 0].abs().max()) == float(shares[..., 2].abs().max()) == 0.0
+
+
+def test_signed_bit_inputs_feed_minus_one_for_a_zero_bit():
+    """``bit_inputs: signed`` is the authors' 2x - 1: the controller sees -1 where a bit is 0."""
+    torch.manual_seed(0)
+    binary = DNC(DNCConfig(memory_cells=5, cell_width=4, controller_size=8), 2, input_bits=5,
+                 output_bits=3)
+    signed = DNC(DNCConfig(memory_cells=5, cell_width=4, controller_size=8, bit_inputs="signed"),
+                 2, input_bits=5, output_bits=3)
+    signed.load_state_dict(binary.state_dict())
+    seen = {}
+    for name, model in (("binary", binary), ("signed", signed)):
+        step = model.step
+        model.step = lambda x, *rest, step=step, name=name: (
+            seen.setdefault(name, []).append(x.clone()) or step(x, *rest))
+    ids = torch.tensor([[0b10110, 0, 0b11111]])
+    binary(ids), signed(ids)
+    first = torch.stack(seen["binary"]), torch.stack(seen["signed"])
+    assert torch.equal(first[0][0, 0], torch.tensor([0.0, 1, 1, 0, 1]))
+    assert torch.equal(first[1], first[0] * 2 - 1)
+    assert torch.equal(first[1][1, 0], -torch.ones(5))
+
+
+def test_code_init_draws_the_authors_lstm_and_output_ranges():
+    torch.manual_seed(0)
+    size, in_bits, width = 64, 10, 16
+    model = DNC(DNCConfig(controller_size=size, cell_width=width, init="code"), 2,
+                input_bits=in_bits, output_bits=8)
+    gates = model.controller.gates.weight
+    fan_in = in_bits + width + size  # [x_t; r_{t-1}; h_{t-1}]
+    bound = math.sqrt(6 / (fan_in + size))  # sqrt(3) * sqrt(2 / (in + 2 S)), in excluding h
+    gain = 5 / 3
+    candidate = gates[2 * size: 3 * size]
+    others = torch.cat([gates[: 2 * size], gates[3 * size:]])
+    assert others.abs().max() <= bound and others.abs().max() > 0.97 * bound
+    assert candidate.abs().max() <= bound * gain and candidate.abs().max() > 0.97 * bound * gain
+    # uniform: variance bound^2 / 3
+    assert others.var().item() == pytest.approx(bound ** 2 / 3, rel=0.1)
+    assert model.controller.gates.bias[size: 2 * size].eq(1).all()
+    out = model.output.weight
+    for block, fan in ((out[:, :size], size), (out[:, size:], width)):
+        limit = math.sqrt(6 / (fan + 8))
+        assert block.abs().max() <= limit and block.abs().max() > 0.8 * limit
+    xavier = DNC(DNCConfig(controller_size=size, cell_width=width), 2, input_bits=in_bits,
+                 output_bits=8)
+    assert xavier.controller.gates.weight.abs().max() <= math.sqrt(6 / (fan_in + 4 * size))

@@ -32,14 +32,18 @@ SPLIT = "iid_valid"
 
 def dnc_base(task: dict[str, Any], cells: int, width: int, controller: int, steps: int,
              batch: int, eval_every: int, lr: float = 1e-4, heads: int = 1,
-             threads: int | None = 1, compile: bool = False) -> dict[str, Any]:
+             threads: int | None = 1, compile: bool = False,
+             as_code: bool = False) -> dict[str, Any]:
     """A DNC run as the authors train it (RMSProp, momentum 0.9, L2 1e-5, clip 10, bit
     loss); ``compile`` compiles the DNC's time step (each seed then trains alone: 2.5-3.1x an
-    eager lone run's speed, 1.8-2x a stacked member's; ``benchmarks/dnc_step.py --compile``)."""
+    eager lone run's speed, 1.8-2x a stacked member's; ``benchmarks/dnc_step.py --compile``);
+    ``as_code``: the authors' initialisation and their -1/+1 input bits (``model.init=code``,
+    ``model.bit_inputs=signed``)."""
+    code = {"init": "code", "bit_inputs": "signed"} if as_code else {}
     return {
         "task": task,
         "model": {"name": "dnc", "memory_cells": cells, "cell_width": width,
-                  "read_heads": heads, "controller_size": controller},
+                  "read_heads": heads, "controller_size": controller, **code},
         "train": {"steps": steps, "batch_size": batch, "lr": lr, "lr_schedule": "constant",
                   "warmup_steps": 0, "optimizer": "rmsprop", "momentum": 0.9,
                   "weight_decay": 1e-5, "grad_clip": 10.0, "loss": "bits",

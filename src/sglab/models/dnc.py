@@ -28,6 +28,7 @@ token ids and returns vocabulary logits. Time-stacked states are exposed through
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +63,15 @@ class DNCConfig(ModelConfig):
     io: Literal["bits", "tokens"] = Field("bits", description="bits: packed bit rows in, one "
                                           "logit per bit out; tokens: embedding in, softmax out.")
     embedding_size: int = Field(256, ge=1, description="E, token embedding width (io=tokens).")
+    bit_inputs: Literal["binary", "signed"] = Field(
+        "binary", description="io=bits: feed each input bit as 0/1 (binary) or as -1/+1 "
+                              "(signed, the authors' code: 2x - 1, so a 0 bit also drives the "
+                              "controller).")
+    init: Literal["xavier", "code"] = Field(
+        "xavier", description="xavier: Xavier-uniform LSTM gates and output layer; code: the "
+                              "authors' code: LSTM gate weights U(+-sqrt(6 / (in + 2 S))), the "
+                              "cell candidate's times tanh's gain 5/3, and the output layer "
+                              "as two Xavier blocks, one on h_t and one on r_t.")
 
     @property
     def dealloc_content(self) -> bool:
@@ -79,7 +89,8 @@ class DNCConfig(ModelConfig):
     def _check_switches(self):
         masked = (self.masked_lookup, "a variant with M (masked_lookup), e.g. variant=DNC-M")
         check_switches(self, {"mask_min": masked, "mask_bias_init": masked,
-                              "embedding_size": (self.io == "tokens", "io=tokens")})
+                              "embedding_size": (self.io == "tokens", "io=tokens"),
+                              "bit_inputs": (self.io == "bits", "io=bits")})
         return self
 
 
@@ -239,14 +250,23 @@ def memory_step(state: MemoryState, parts: dict[str, torch.Tensor], dealloc_cont
 
 
 class LSTMController(nn.Module):
-    """One LSTM cell written out (gates i, f, g, o), Xavier-uniform weights, forget bias 1."""
+    """One LSTM cell written out (gates i, f, g, o), forget bias 1. ``init``: ``xavier``
+    (Xavier-uniform over all four gates) or ``code`` (the authors' code: each gate
+    U(+-sqrt(3) sigma), sigma = sqrt(2 / (in + 2 S)), the candidate g times tanh's gain)."""
 
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, init: str = "xavier"):
         super().__init__()
         self.hidden_size = hidden_size
         self.gates = nn.Linear(input_size + hidden_size, 4 * hidden_size)
-        nn.init.xavier_uniform_(self.gates.weight)
         with torch.no_grad():
+            if init == "code":
+                bound = math.sqrt(3.0 * 2.0 / (input_size + 2 * hidden_size))
+                self.gates.weight.uniform_(-bound, bound)
+                gain = nn.init.calculate_gain("tanh")
+                self.gates.weight[2 * hidden_size: 3 * hidden_size].uniform_(-bound * gain,
+                                                                             bound * gain)
+            else:
+                nn.init.xavier_uniform_(self.gates.weight)
             self.gates.bias.zero_()
             self.gates.bias[hidden_size: 2 * hidden_size] = 1.0
 
@@ -304,13 +324,20 @@ class DNC(nn.Module):
         else:
             self.embedding = nn.Embedding(vocab_size, config.embedding_size)
             in_size, out_size = config.embedding_size, vocab_size
-        self.controller = LSTMController(in_size + heads * width, config.controller_size)
+        self.controller = LSTMController(in_size + heads * width, config.controller_size,
+                                         config.init)
         self.layout = interface_layout(width, heads, config.masked_lookup, config.link_sharpness)
         self.interface = nn.Linear(config.controller_size, sum(s for _, s in self.layout))
         self.output = nn.Linear(config.controller_size + heads * width, out_size)
         nn.init.xavier_uniform_(self.interface.weight)
         nn.init.zeros_(self.interface.bias)
-        nn.init.xavier_uniform_(self.output.weight)
+        if config.init == "code":  # two layers in the code: controller_to_out, read_to_out
+            size = config.controller_size
+            with torch.no_grad():
+                nn.init.xavier_uniform_(self.output.weight[:, :size])
+                nn.init.xavier_uniform_(self.output.weight[:, size:])
+        else:
+            nn.init.xavier_uniform_(self.output.weight)
         nn.init.zeros_(self.output.bias)
         if config.masked_lookup:
             start = 0
@@ -355,6 +382,8 @@ class DNC(nn.Module):
         cfg = self.config
         if self.embedding is None:
             inputs = unpack_bits(input_ids, self.input_bits).to(self.output.weight.dtype)
+            if cfg.bit_inputs == "signed":
+                inputs = inputs * 2 - 1
         else:
             inputs = self.embedding(input_ids)
         batch, steps = input_ids.shape
