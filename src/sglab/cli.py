@@ -68,16 +68,33 @@ def train(
         help="Start from a named experiment preset's base config, as EXPERIMENT:PRESET "
              "(e.g. symmetry:quick); without a single base, the preset's first run.")] = None,
     resume: Annotated[str | None, typer.Option(help="Continue the run with this id.")] = None,
+    extend: Annotated[str | None, typer.Option(
+        help="Train this finished run on to --steps (a constant-lr run only): the result is "
+             "the run of its config with train.steps = --steps, under that run's id.")] = None,
+    steps: Annotated[int | None, typer.Option(help="With --extend: the new last step.")] = None,
     runs_dir: RunsDir = None,
     out: Annotated[Path | None, typer.Option(help="Also write report.html + results.json here.")] = None,
 ):
-    """Train one run (or resume one with --resume RUN_ID)."""
+    """Train one run (or resume one with --resume RUN_ID, or train a finished one on with
+    --extend RUN_ID --steps N)."""
     from sglab.config import build_run_config, load_yaml
     from sglab.store import RunStore, runs_dir_from
     from sglab.train.loop import ENSEMBLE_SUFFIX, Trainer, load_run_config
 
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
-    if resume:
+    if (extend is None) != (steps is None):
+        raise SglabError("--extend RUN_ID and --steps N go together: "
+                         "`sglab train --extend RUN_ID --steps N`")
+    if extend:
+        if config or task or model or set_ or preset or resume:
+            raise SglabError("--extend takes the config stored with the run and changes only "
+                             "train.steps; drop the other options")
+        from sglab.train.extend import extend_run
+
+        cfg = extend_run(root, extend, steps)
+        _out(f"extending {extend} to {steps} steps as run {cfg.run_id()}")
+        resume = cfg.run_id()
+    elif resume:
         if config or task or model or set_ or preset:
             raise SglabError("--resume takes the config stored with the run; drop the other options")
         run_dir = root / resume

@@ -383,6 +383,9 @@ class Trainer:
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
         }
+        extended_from = (self.read_summary() or {}).get("extended_from")
+        if extended_from:  # sglab.train.extend: the steps before this one came from that run
+            base["extended_from"] = extended_from
         if self.execution == "ensemble" and dropout_fields_on(self.config.model):
             base["dropout_masks"] = ("drawn from this member's seed by a counter-based generator: "
                                      "statistically, not bitwise, equal to the lone run")

@@ -1,0 +1,91 @@
+"""Extending a finished run (sglab.train.extend): the result equals the longer run trained
+in one go, and every case where it would not is refused before anything is written."""
+
+import json
+
+import pytest
+import torch
+
+from sglab.cli import main
+from sglab.errors import SglabError
+from sglab.store import read_metrics
+from sglab.train import Trainer
+from sglab.train.extend import extend_run
+from tests.conftest import tiny_config
+
+CONSTANT = ("train.lr_schedule=constant", "train.warmup_steps=5", "model.dropout=0.1",
+            "train.eval_interval=10", "train.log_interval=10", "train.checkpoint_interval=15")
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def _timeless(run_dir):
+    return [{k: v for k, v in r.items() if k != "seconds"}
+            for r in read_metrics(run_dir, kind="all")]
+
+
+def test_extended_run_equals_the_longer_run_trained_in_one_go(tmp_path):
+    short = tiny_config(*CONSTANT, "train.steps=20")
+    long = tiny_config(*CONSTANT, "train.steps=40")
+    Trainer(short, tmp_path / "ext", printer=None).run()
+    before = (tmp_path / "ext" / short.run_id() / "metrics.jsonl").read_text()
+
+    extended = extend_run(tmp_path / "ext", short.run_id(), 40)
+    assert extended.run_id() == long.run_id() != short.run_id()
+    summary = Trainer(extended, tmp_path / "ext", printer=None).run(resume=True)
+    clean = Trainer(long, tmp_path / "clean", printer=None).run()
+
+    a, b = tmp_path / "ext" / long.run_id(), tmp_path / "clean" / long.run_id()
+    assert summary["status"] == "finished" and summary["step"] == 40
+    assert summary["extended_from"] == {"run_id": short.run_id(), "step": 20}
+    assert all(torch.equal(x, y) for x, y in zip(_weights(a).values(), _weights(b).values()))
+    assert _timeless(a) == _timeless(b)
+    assert [r["step"] for r in read_metrics(a)] == [10, 20, 30, 40]
+    assert summary["best"] == clean["best"]
+    # the source run is untouched, and extending again reuses the extended run
+    assert (tmp_path / "ext" / short.run_id() / "metrics.jsonl").read_text() == before
+    assert extend_run(tmp_path / "ext", short.run_id(), 40).run_id() == long.run_id()
+
+
+@pytest.mark.parametrize("overrides, steps, message", [
+    (("train.lr_schedule=cosine",), 40, "decays towards train.steps"),
+    ((), 20, "extend it to more than that"),
+    (("train.steps=25", "train.log_interval=5"), 40, "not a multiple of its train.eval_interval"),
+])
+def test_extension_that_would_differ_from_a_longer_run_is_refused(tmp_path, overrides, steps,
+                                                                   message):
+    config = tiny_config(*CONSTANT, "train.steps=20", *overrides)
+    Trainer(config, tmp_path, printer=None).run()
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SglabError, match=message):
+        extend_run(tmp_path, config.run_id(), steps)
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing
+
+
+def test_unfinished_or_early_stopped_run_is_refused(tmp_path):
+    stopped = tiny_config(*CONSTANT, "train.steps=40", "train.early_stop_metric=iid_test/loss",
+                          "train.early_stop_threshold=-1e9")  # loss >= -1e9: stops at once
+    assert Trainer(stopped, tmp_path, printer=None).run()["stopped_early"]
+    with pytest.raises(SglabError, match="stopped early at step 10"):
+        extend_run(tmp_path, stopped.run_id(), 80)
+    config = tiny_config(*CONSTANT, "train.steps=20")
+    run_dir = tmp_path / config.run_id()
+    Trainer(config, tmp_path, printer=None).run()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    with pytest.raises(SglabError, match="not finished.*--resume"):
+        extend_run(tmp_path, config.run_id(), 40)
+
+
+def test_cli_extends_a_run_and_rejects_half_an_option_pair(tmp_path, capsys):
+    config = tiny_config(*CONSTANT, "train.steps=20")
+    Trainer(config, tmp_path, printer=None).run()
+    assert main(["train", "--extend", config.run_id(), "--runs-dir", str(tmp_path)]) == 2
+    assert "go together" in capsys.readouterr().err
+    assert main(["train", "--extend", config.run_id(), "--steps", "30",
+                 "--runs-dir", str(tmp_path)]) == 0
+    longer = tiny_config(*CONSTANT, "train.steps=30")
+    summary = json.loads((tmp_path / longer.run_id() / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["step"] == 30
