@@ -9,8 +9,9 @@ import torch
 from sglab.cli import main
 from sglab.errors import SglabError
 from sglab.store import read_metrics
+from sglab.sweep.jobs import run_job
 from sglab.train import Trainer
-from sglab.train.extend import extend_run
+from sglab.train.extend import extend_run, extend_shorter_twin
 from tests.conftest import tiny_config
 
 CONSTANT = ("train.lr_schedule=constant", "train.warmup_steps=5", "model.dropout=0.1",
@@ -53,6 +54,7 @@ def test_extended_run_equals_the_longer_run_trained_in_one_go(tmp_path):
     (("train.lr_schedule=cosine",), 40, "decays towards train.steps"),
     ((), 20, "extend it to more than that"),
     (("train.steps=25", "train.log_interval=5"), 40, "not a multiple of its train.eval_interval"),
+    (("train.eval_max_examples=50",), 40, "eval_max_examples"),
 ])
 def test_extension_that_would_differ_from_a_longer_run_is_refused(tmp_path, overrides, steps,
                                                                    message):
@@ -89,3 +91,24 @@ def test_cli_extends_a_run_and_rejects_half_an_option_pair(tmp_path, capsys):
     longer = tiny_config(*CONSTANT, "train.steps=30")
     summary = json.loads((tmp_path / longer.run_id() / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["step"] == 30
+
+
+def test_a_sweep_job_trains_a_run_on_from_its_finished_shorter_twin(tmp_path):
+    """run_job (every backend, experiments included) extends the longest finished shorter
+    twin of a lone run instead of training from step 0; the result equals a clean run."""
+    short, mid = tiny_config(*CONSTANT, "train.steps=10"), tiny_config(*CONSTANT, "train.steps=20")
+    long = tiny_config(*CONSTANT, "train.steps=40")
+    other_seed = tiny_config(*CONSTANT, "train.steps=20", "seed=1")
+    for config in (short, mid, other_seed):
+        Trainer(config, tmp_path / "store", printer=None).run()
+    [summary] = run_job([long.to_dict()], str(tmp_path / "store"), 1, None, quiet=True)
+    assert summary["extended_from"] == {"run_id": mid.run_id(), "step": 20}
+    clean = Trainer(long, tmp_path / "clean", printer=None).run()
+    a, b = tmp_path / "store" / long.run_id(), tmp_path / "clean" / long.run_id()
+    assert all(torch.equal(x, y) for x, y in zip(_weights(a).values(), _weights(b).values()))
+    assert _timeless(a) == _timeless(b) and summary["final"]["step"] == clean["final"]["step"]
+    # no finished twin: trained from step 0
+    [fresh] = run_job([tiny_config(*CONSTANT, "train.steps=20", "seed=2").to_dict()],
+                      str(tmp_path / "store"), 1, None, quiet=True)
+    assert fresh["status"] == "finished" and "extended_from" not in fresh
+    assert extend_shorter_twin(tmp_path / "store", long) is None  # it exists now

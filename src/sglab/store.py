@@ -165,7 +165,8 @@ class RunStore:
 
         count = 0
         run_dirs = sorted({p.parent for pattern in ("*/summary.json", "*/config.yaml")
-                           for p in self.runs_dir.glob(pattern)})
+                           for p in self.runs_dir.glob(pattern)
+                           if not p.parent.name.startswith(".")})  # e.g. a run being copied
         for run_dir in run_dirs:
             try:
                 config = validate(RunConfig, yaml.safe_load((run_dir / "config.yaml").read_text()))

@@ -261,6 +261,7 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
     from sglab.errors import RunBusyError
     from sglab.store import RunStore
     from sglab.train.ensemble import EnsembleTrainer
+    from sglab.train.extend import extend_shorter_twin
     from sglab.train.loop import Trainer
 
     if threads:
@@ -272,6 +273,10 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
                 for c in configs]
     try:
         if execution == "alone":
+            for trainer in trainers:  # a finished shorter twin: train it on, not from step 0
+                twin = extend_shorter_twin(runs_dir, trainer.config)
+                if twin and printer:
+                    printer(f"[{trainer.run_id}] extends the finished run {twin}")
             return [trainer.run(resume=True) for trainer in trainers]
         return EnsembleTrainer(configs, runs_dir, store=store, printer=printer, tag=tag).run()
     except RunBusyError as exc:  # another process trains it: leave its files alone

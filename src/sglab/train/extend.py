@@ -11,14 +11,15 @@ as the N-step run would. The result *is* that run: ``sglab run`` or ``sglab swee
 ``--set train.steps=N`` finds it finished. Its summary names the run it was extended
 from, its ``seconds`` count both parts, and the source run is left untouched.
 
-The one record that can differ from a run trained to N in one go is the evaluation at
-step S: the source run scored every example there (its last step), an N-step run scores
-``train.eval_max_examples`` of them, when that cap is set.
+:func:`extend_shorter_twin` finds such a source for a run about to be trained: sweeps and
+experiments (:func:`sglab.sweep.jobs.run_job`) train a lone run on from its finished
+shorter twin instead of from step 0.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from sglab.config import RunConfig, dump_yaml, validate
@@ -63,6 +64,11 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
         raise SglabError(f"run {run_id!r} uses lr_schedule {train.lr_schedule!r}, which decays "
                          "towards train.steps, so its steps differ from those of a longer run; "
                          f"train the {steps}-step run from scratch instead")
+    if train.eval_max_examples is not None:
+        raise SglabError(f"run {run_id!r} caps its evaluations (train.eval_max_examples "
+                         f"{train.eval_max_examples}) except at its last step, where it scored "
+                         f"every example; a {steps}-step run scores the cap there, so the two "
+                         "would differ: train the longer run from scratch instead")
     for name in ("eval_interval", "log_interval"):
         interval = getattr(train, name)
         if done % interval:
@@ -77,10 +83,9 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
     target = runs_dir / extended.run_id()
     if target.exists():
         return extended
-    staging = runs_dir / f".extending-{extended.run_id()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".extending-{extended.run_id()}-", dir=runs_dir))
     try:
-        (staging / "checkpoints").mkdir(parents=True)
+        (staging / "checkpoints").mkdir()
         for path in sorted((source / "checkpoints").glob("*.pt")):  # re-keyed to the new config
             state = load_checkpoint(path, config.config_hash())
             state["config_hash"] = extended.config_hash()
@@ -92,10 +97,46 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
         atomic_write_json(staging / "summary.json", {
             "run_id": extended.run_id(), "status": "interrupted", "step": done,
             "extended_from": {"run_id": run_id, "step": done}})
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:  # another process prepared or started the run meanwhile
+            if not target.exists():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return extended
 
 
-__all__ = ["extend_run"]
+def extend_shorter_twin(runs_dir: str | Path, config: RunConfig) -> str | None:
+    """If ``config``'s run has not started and a finished lone run of the same config with
+    fewer steps can be extended to it exactly (:func:`extend_run`), prepare the extension
+    from the longest such run and return that run's id; else None (nothing written)."""
+    runs_dir = Path(runs_dir)
+    if (runs_dir / config.run_id()).exists() or not runs_dir.is_dir():
+        return None
+
+    def without_steps(data: dict) -> dict:
+        return {**data, "train": {k: v for k, v in data["train"].items() if k != "steps"}}
+
+    wanted = without_steps(config.to_dict())
+    prefix = f"{config.task.name}-{config.model.name}-s{config.seed}-"
+    twins = []
+    for run_dir in runs_dir.glob(prefix + "*"):
+        if run_dir.name.endswith(ENSEMBLE_SUFFIX) or not (run_dir / "config.yaml").is_file():
+            continue
+        try:
+            twin = load_run_config(run_dir)
+        except SglabError:
+            continue
+        if twin.train.steps < config.train.steps and without_steps(twin.to_dict()) == wanted:
+            twins.append((twin.train.steps, run_dir.name))
+    for _, run_id in sorted(twins, reverse=True):
+        try:
+            extend_run(runs_dir, run_id, config.train.steps)
+        except SglabError:  # unfinished, stopped early, or not exactly extendable
+            continue
+        return run_id
+    return None
+
+
+__all__ = ["extend_run", "extend_shorter_twin"]
