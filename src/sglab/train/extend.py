@@ -119,7 +119,7 @@ def extend_shorter_twin(runs_dir: str | Path, config: RunConfig) -> str | None:
         return {**data, "train": {k: v for k, v in data["train"].items() if k != "steps"}}
 
     wanted = without_steps(config.to_dict())
-    prefix = f"{config.task.name}-{config.model.name}-s{config.seed}-"
+    prefix = config.run_id().rsplit("-", 1)[0] + "-"  # the id without its config hash
     twins = []
     for run_dir in runs_dir.glob(prefix + "*"):
         if run_dir.name.endswith(ENSEMBLE_SUFFIX) or not (run_dir / "config.yaml").is_file():
