@@ -111,6 +111,26 @@ def test_uniform_lengths_draw_fresh_batches_with_uniform_lengths():
     assert not torch.equal(split.tokens, other.tokens)
 
 
+@pytest.mark.parametrize("variant", ["A", "R"])
+def test_without_singles_training_holds_compositions_of_two_to_six_only(variant):
+    """The authors' code trains on 2-6 functions; the thesis text adds single applications."""
+    fixed = make(variant=variant, singles=False, train_size=20_000)
+    counts = torch.bincount(fixed.splits["train"].groups["length"]).tolist()
+    assert counts[:2] == [0, 0] and sum(counts) == 20_000
+    assert counts[2] == fixed.population(2) // 2 and max(counts[3:]) - min(counts[3:]) <= 1
+    split = _batch_split(make(variant=variant, lengths="uniform", singles=False), n=5000)
+    seen = sequences(fixed, split)
+    lengths = torch.bincount(torch.tensor([len(f) for f, _, _ in seen]))
+    assert lengths[:2].tolist() == [0, 0]
+    assert lengths[2:].min() > 0.8 * lengths[2:].float().mean()
+    assert all(trains_on(variant, f) for f, _, _ in seen)
+    # with singles and 256 more examples: the same compositions and the same test sets
+    with_singles = make(variant=variant, train_size=20_256)
+    assert torch.equal(fixed.splits["train"].tokens, with_singles.splits["train"].tokens[256:])
+    for name in ("iid_test", "ood_test"):
+        assert torch.equal(fixed.splits[name].tokens, with_singles.splits[name].tokens)
+
+
 def test_same_seed_same_data_other_seed_other_tables():
     a, b, c = make(variant="A"), make(variant="A"), make(variant="A", data_seed=1)
     for name in a.splits:
@@ -136,6 +156,7 @@ def test_without_boundary_tokens_the_input_is_just_the_expression():
     ({"variant": "S", "shared_functions": 6}, "multiple of 4"),
     ({"variant": "S", "shared_functions": 4, "shared_symbols": 1}, "cover"),
     ({"variant": "A", "shared_symbols": 2}, "no effect without variant=S"),
+    ({"variant": "S", "singles": False}, "'A' and 'R'"),
 ])
 def test_bad_config_is_an_sglab_error(fields, message):
     with pytest.raises(SglabError, match=message):

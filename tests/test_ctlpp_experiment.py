@@ -95,6 +95,15 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
     paper = experiment.configs(experiment.preset("paper"), [])
     assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
     assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512
+    # the thesis code's sweeps: dropout 0.5 on the NDR's attention output only, attention
+    # dropout 0.1, no weight decay; the Bi-LSTM 128 units per direction
+    ndr = next(c for c in paper if c.model.name == "transformer" and c.model.copy_gate)
+    assert (ndr.model.dropout, ndr.model.copy_gate_ffn_dropout,
+            ndr.model.attention_dropout, ndr.train.weight_decay) == (0.5, 0.0, 0.1, 0.0)
+    lstm = next(c for c in paper if c.model.name == "lstm")
+    assert lstm.model.d_model == 256 and lstm.train.weight_decay == 0.0
+    assert {c.task.singles for c in paper} == {False}  # the code trains on 2-6 functions
+    assert all(c.task.singles for c in experiment.configs(experiment.preset("default"), []))
     transformer = next(c for c in paper if getattr(c.model, "pos_encoding", "") == "relative")
     assert transformer.train.steps == 300_000 and transformer.train.weight_decay == 0.0025
     assert (transformer.model.d_model, transformer.model.d_ff, transformer.model.n_heads,
@@ -117,6 +126,28 @@ def test_gelu_residual_block_is_layernorm_of_ffn_plus_input():
     u = torch.nn.functional.layer_norm(hidden @ ffn.out.weight.T + ffn.out.bias + a,
                                        (config.d_model,), ln.weight, ln.bias)  # Eq. E.2
     assert torch.allclose(seen["mlp_out"], u, atol=1e-5)
+
+
+def test_copy_gate_ffn_dropout_leaves_the_ffns_of_the_appendix_e_layer_dropout_free():
+    """App. E.1: "We do not use any dropout in Eq. E.1" -- dropout acts on the attention
+    output only. With the attention output zero, a training pass is then deterministic."""
+    from sglab.config import build_run_config
+
+    base = registry.experiment("ctlpp").preset("quick")["models"]["ndr"]["model"]
+    x = torch.randn(3, 6, base["d_model"])
+    outputs = {}
+    for ffn_dropout in (None, 0.0):
+        config = build_run_config({"model": {**base, "dropout": 0.5, "gate_dropout": 0.0,
+                                             "copy_gate_ffn_dropout": ffn_dropout}}, []).model
+        block = CopyGateBlock(config, None).train()
+        block.attn.forward = lambda h, mask: torch.zeros_like(h)
+        torch.manual_seed(0)
+        first = block(x, None)
+        outputs[ffn_dropout] = (first, block(x, None))
+    assert not torch.allclose(*outputs[None])  # dropout 0.5 inside the FFNs
+    assert torch.equal(*outputs[0.0])
+    with pytest.raises(SglabError, match="copy_gate=true"):
+        build_run_config({"model": {"name": "transformer", "copy_gate_ffn_dropout": 0.0}}, [])
 
 
 @pytest.fixture(scope="module")

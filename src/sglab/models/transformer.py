@@ -139,6 +139,11 @@ class TransformerConfig(ModelConfig):
         False, description="Copy-gated post-LN layer (thesis Eqs. 5.1-5.5): no residual around "
                            "the data FFN, h' = g*u + (1-g)*h with g = sigmoid(FFN_gate(a)).")
     copy_gate_bias_init: float = Field(-3.0, description="Initial bias of the gate's output layer.")
+    copy_gate_ffn_dropout: float | None = Field(
+        None, ge=0, lt=1, description="Dropout inside the copy-gated layer's data and gate FFNs "
+                                      "(null: `dropout`). The modified NDR of thesis App. E "
+                                      "has none there (\"We do not use any dropout in Eq. "
+                                      "E.1\"): its dropout acts on the attention output only.")
     gate_dropout: float = Field(
         0.0, ge=0, lt=1, description="Training only: probability of zeroing a column's whole gate "
                                      "vector (forces a copy).")
@@ -262,6 +267,7 @@ class TransformerConfig(ModelConfig):
                                   "attention=geometric or attention=abs_rel_gated"),
             "geometric_normalize": (self.attention == "geometric", "attention=geometric"),
             "copy_gate_bias_init": (self.copy_gate, "copy_gate=true"),
+            "copy_gate_ffn_dropout": (self.copy_gate, "copy_gate=true"),
             "gate_dropout": (self.copy_gate, "copy_gate=true"),
             "update_norm": (self.copy_gate, "copy_gate=true"),
             "act_threshold": (self.act != "none", "act=graves or act=ut"),
@@ -397,9 +403,11 @@ class CopyGateBlock(nn.Module):
         self.ln_1 = nn.LayerNorm(d)
         self.data_residual = config.copy_gate_ffn == "gelu_residual"
         activation = "gelu" if self.data_residual else "relu"
-        self.mlp = FeedForward(d, config.d_ff or 4 * d, config.dropout, activation)
+        ffn_dropout = config.dropout if config.copy_gate_ffn_dropout is None \
+            else config.copy_gate_ffn_dropout
+        self.mlp = FeedForward(d, config.d_ff or 4 * d, ffn_dropout, activation)
         self.ln_2 = nn.LayerNorm(d) if config.update_norm == "layernorm" else None
-        self.gate_ffn = FeedForward(d, d, config.dropout, activation)
+        self.gate_ffn = FeedForward(d, d, ffn_dropout, activation)
         self.gate_dropout = config.gate_dropout
         self.gate_bias_init = config.copy_gate_bias_init
         self.resid_drop = Dropout(config.dropout)

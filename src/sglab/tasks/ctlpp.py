@@ -16,7 +16,9 @@ Variants (which adjacent function pairs training shows):
   |S_a^f ∩ S_b^f| (thesis Fig. 6.4 axes). See :mod:`sglab.tasks.ctlpp_staged`.
 
 'A' and 'R' train on all 256 single applications (so every function meets every
-symbol) and compositions of 2-6 functions from the training graph. Splits:
+symbol; thesis Sec. 6.2) and compositions of 2-6 functions from the training graph.
+``singles: false`` leaves the single applications out, as the authors' code does (its
+training sequences hold 2-6 functions, ``dataset/function_interface_test_*.py``). Splits:
 ``iid_test`` (1,000 sequences of the training graph, lengths 2-6, never trained on)
 and ``ood_test`` (1,000 sequences of the other graph, lengths 2-6); every OOD
 composition puts next to each other two functions that training never put together.
@@ -80,7 +82,11 @@ class CTLPPConfig(ClassificationTaskConfig):
                               "('S': the even ones), "
                               "IID test sequences rejected.")
     max_length: int = Field(6, ge=2, le=8, description="Longest composition (train and tests).")
-    train_size: int = Field(300_000, ge=256, description="Fixed training set (256 singles included).")
+    singles: bool = Field(True, description="'A', 'R': train on the 256 single applications "
+                                            "(thesis Sec. 6.2); false: compositions of 2 or "
+                                            "more functions only (the authors' code).")
+    train_size: int = Field(300_000, ge=256, description="Fixed training set (with singles: "
+                                                         "the 256 included).")
     max_fraction: float = Field(0.5, gt=0, le=1, description="At most this fraction of a "
                                                                "length's distinct sequences trains.")
     iid_test_size: int = Field(1000, ge=1)
@@ -93,6 +99,9 @@ class CTLPPConfig(ClassificationTaskConfig):
             raise ValueError("train_size above 5,000,000 is not supported")
         staged = (self.variant == "S", "variant=S")
         check_switches(self, {"shared_functions": staged, "shared_symbols": staged})
+        if self.variant == "S" and not self.singles:
+            raise ValueError("task.singles=false is for variants 'A' and 'R'; 'S' never trains "
+                             "single applications")
         if self.variant == "S":  # check the groups and symbol sets before building anything
             staged_groups(N_FUNCTIONS, self.shared_functions)
             shared_symbol_sets(self.shared_functions, self.shared_symbols, N_SYMBOLS,
@@ -142,10 +151,11 @@ class CTLPPTask(SequenceClassificationTask):
             return vocab, self.build_staged(rng)
         compositions = list(range(2, cfg.max_length + 1))
         f, s = np.meshgrid(np.arange(N_FUNCTIONS), np.arange(N_SYMBOLS), indexing="ij")
-        train, iid, ood = [(f.reshape(-1, 1), s.reshape(-1))], [], []
+        train, iid, ood = ([(f.reshape(-1, 1), s.reshape(-1))] if cfg.singles else []), [], []
         n_iid = _split_evenly(cfg.iid_test_size, len(compositions))
         n_ood = _split_evenly(cfg.ood_test_size, len(compositions))
-        n_train = _split_evenly(cfg.train_size - N_FUNCTIONS * N_SYMBOLS, len(compositions))
+        n_train = _split_evenly(cfg.train_size - N_FUNCTIONS * N_SYMBOLS * cfg.singles,
+                                len(compositions))
         self.held_out, carry = {}, 0
         for k, length in enumerate(compositions):
             population = self.population(length)
@@ -198,10 +208,11 @@ class CTLPPTask(SequenceClassificationTask):
 
     def train_lengths(self) -> list[int]:
         """Function counts of training sequences: 1..max_length ('A', 'R': singles and
-        compositions), even ones only for 'S' (chains of pairs)."""
+        compositions; 2..max_length with ``singles`` off), even ones only for 'S' (chains
+        of pairs)."""
         if self.config.variant == "S":
             return list(range(2, self.config.max_length + 1, 2))
-        return list(range(1, self.config.max_length + 1))
+        return list(range(1 if self.config.singles else 2, self.config.max_length + 1))
 
     # ------------------------------------------------------------------ graphs
     @staticmethod
