@@ -211,11 +211,11 @@ class CTLPP(Experiment):
         # training sequences of 2-6 functions, no single applications (the code; App. E.1.2
         # says they train, and at the CPU size they decide whether pairs transfer across
         # the groups: README), d 256, 4 heads, d_FF 512 (ff_multiplier 2), Bi-LSTM 256
-        # units = 128 per direction
-        # (Table E.1: 408k parameters), AdamW without weight decay for the NDR and the
-        # Bi-LSTM, batch 512, lr 1.5e-4, 500 warm-up steps, dropout 0.5 (the NDR's on the
-        # attention output only), NDR attention dropout 0.1, 80k steps, 25 seeds; the
-        # Transformer 300k steps (its 25 seeds are, in the thesis, the converged ones of 50)
+        # units = 128 per direction (Table E.1: 408k parameters), AdamW without weight
+        # decay for the NDR and the Bi-LSTM, batch 512, lr 1.5e-4, 500 warm-up steps,
+        # dropout 0.5 (the NDR's on the attention output only), NDR attention dropout 0.1,
+        # 80k steps, 25 seeds; the Transformer 300k steps (its 25 seeds are, in the
+        # thesis, the converged ones of 50)
         "paper": {**preset(d=256, d_ff=512, heads=4, lstm_units=128, steps=80_000,
                            seeds=list(range(25)), batch=512, lstm_batch=512, lr=1.5e-4,
                            lstm_lr=1.5e-4, dropout=0.5, eval_every=1000, lengths="thesis",
