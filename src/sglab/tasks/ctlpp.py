@@ -98,10 +98,8 @@ class CTLPPConfig(ClassificationTaskConfig):
         if self.train_size > 5_000_000:
             raise ValueError("train_size above 5,000,000 is not supported")
         staged = (self.variant == "S", "variant=S")
-        check_switches(self, {"shared_functions": staged, "shared_symbols": staged})
-        if self.variant == "S" and not self.singles:
-            raise ValueError("task.singles=false is for variants 'A' and 'R'; 'S' never trains "
-                             "single applications")
+        check_switches(self, {"shared_functions": staged, "shared_symbols": staged,
+                              "singles": (self.variant != "S", "variant=A or variant=R")})
         if self.variant == "S":  # check the groups and symbol sets before building anything
             staged_groups(N_FUNCTIONS, self.shared_functions)
             shared_symbol_sets(self.shared_functions, self.shared_symbols, N_SYMBOLS,
