@@ -150,6 +150,34 @@ def test_copy_gate_ffn_dropout_leaves_the_ffns_of_the_appendix_e_layer_dropout_f
         build_run_config({"model": {"name": "transformer", "copy_gate_ffn_dropout": 0.0}}, [])
 
 
+def test_ndr_data_ffn_output_starts_at_the_gain_of_the_appendix_e_code():
+    """The thesis code's App. E layer draws W_2 Xavier-uniform with gain 1; the NDR
+    code's layer (the field's null) with 5/3. The gate FFN is the same either way."""
+    from sglab.config import build_run_config
+    from sglab.models import build_model
+
+    model_section = registry.experiment("ctlpp").preset("default")["models"]["ndr"]["model"]
+    assert model_section["copy_gate_data_gain"] == 1.0
+    for preset in ("quick", "paper"):
+        assert registry.experiment("ctlpp").preset(preset)["models"]["ndr"]["model"][
+            "copy_gate_data_gain"] == 1.0
+    weights = {}
+    for gain in (1.0, None):
+        config = build_run_config({"model": {**model_section, "copy_gate_data_gain": gain}},
+                                  []).model
+        torch.manual_seed(0)
+        block = build_model(config, 20, 10).blocks[0]
+        weights[gain] = block.mlp.out.weight.detach(), block.gate_ffn.out.weight.detach()
+    d_ff, d = model_section["d_ff"], model_section["d_model"]
+    bound = (6 / (d + d_ff)) ** 0.5  # Xavier-uniform, gain 1
+    for gain, expected in ((1.0, bound), (None, 5 / 3 * bound)):
+        data = weights[gain][0].abs().max().item()
+        assert 0.98 * expected < data <= expected
+    assert torch.equal(weights[1.0][1], weights[None][1])
+    with pytest.raises(SglabError, match="copy_gate=true and init=torch"):
+        build_run_config({"model": {"name": "transformer", "copy_gate_data_gain": 1.0}}, [])
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("ctlpp")

@@ -56,13 +56,15 @@ def ndr_model(d: int, d_ff: int, heads: int, dropout: float, attention_dropout: 
     dropout 0.1), GELU FFNs with a residual around the data FFN (Eqs. E.1, E.2) and no
     dropout inside them ("We do not use any dropout in Eq. E.1": ``dropout`` acts on the
     attention output, as in the thesis code's ``NDRResidualCoreInitGelu``), 8 shared
-    steps in training and 10 in evaluation, read out at the first column (<B>)."""
+    steps in training and 10 in evaluation, read out at the first column (<B>). Init as
+    the thesis code's App. E layer (``NDRResidualCoreInitGelu``): Xavier gain 1 on the
+    data FFN's output, not the 5/3 of the NDR code's layer."""
     return {"name": "transformer", "norm": "post", "attention_mask": "bidirectional",
             "shared_layers": True, "activation": "relu", "bias": True, "tie_embeddings": False,
             "init": "torch", "pos_encoding": "none", "attention": "geometric",
             "copy_gate": True, "update_norm": "layernorm", "copy_gate_ffn": "gelu_residual",
             "gate_dropout": 0.1, "d_model": d, "d_ff": d_ff, "n_heads": heads, "n_layers": 8,
-            "eval_steps": 10, "readout": "first", "dropout": dropout,
+            "eval_steps": 10, "readout": "first", "dropout": dropout, "copy_gate_data_gain": 1.0,
             "attention_dropout": attention_dropout,
             # set only where it differs from `dropout`: dropout-free runs keep their ids
             **({"copy_gate_ffn_dropout": 0.0} if dropout else {})}

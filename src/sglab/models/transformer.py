@@ -144,6 +144,12 @@ class TransformerConfig(ModelConfig):
                                       "(null: `dropout`). The modified NDR of thesis App. E "
                                       "has none there (\"We do not use any dropout in Eq. "
                                       "E.1\"): its dropout acts on the attention output only.")
+    copy_gate_data_gain: float | None = Field(
+        None, gt=0, description="With init=torch, the Xavier gain of the copy-gated layer's "
+                                "data-FFN output weights (W_2). null: the ndr_init scheme's -- "
+                                "5/3 on the NDR layer (the NDR code's geometric layer), "
+                                "nn.Linear's init on the tanh-update layers under ndr_init=code. "
+                                "The CTL++ code's App. E layer uses 1.")
     gate_dropout: float = Field(
         0.0, ge=0, lt=1, description="Training only: probability of zeroing a column's whole gate "
                                      "vector (forces a copy).")
@@ -268,6 +274,8 @@ class TransformerConfig(ModelConfig):
             "geometric_normalize": (self.attention == "geometric", "attention=geometric"),
             "copy_gate_bias_init": (self.copy_gate, "copy_gate=true"),
             "copy_gate_ffn_dropout": (self.copy_gate, "copy_gate=true"),
+            "copy_gate_data_gain": (self.copy_gate and self.init == "torch",
+                                    "copy_gate=true and init=torch"),
             "gate_dropout": (self.copy_gate, "copy_gate=true"),
             "update_norm": (self.copy_gate, "copy_gate=true"),
             "act_threshold": (self.act != "none", "act=graves or act=ut"),
@@ -410,6 +418,7 @@ class CopyGateBlock(nn.Module):
         self.gate_ffn = FeedForward(d, d, ffn_dropout, activation)
         self.gate_dropout = config.gate_dropout
         self.gate_bias_init = config.copy_gate_bias_init
+        self.data_gain = config.copy_gate_data_gain
         self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid, self.mlp_out = HookPoint(), HookPoint(), HookPoint()
         self.gate, self.resid_post = HookPoint(), HookPoint()
@@ -421,8 +430,10 @@ class CopyGateBlock(nn.Module):
     def xavier_(self, zero_bias: bool = True, data_out: bool = True) -> None:
         """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1
         (gate). ``data_out=False``: the data FFN's output layer keeps nn.Linear's init, as in
-        the thesis code's tanh-update layer ("+ rel + gate", "+ abs/rel + gate")."""
-        self.mlp.xavier_(out_gain=5 / 3 if data_out else None, zero_bias=zero_bias)
+        the thesis code's tanh-update layer ("+ rel + gate", "+ abs/rel + gate").
+        ``copy_gate_data_gain``, when set, is the data output's gain in either case."""
+        out_gain = self.data_gain if self.data_gain is not None else (5 / 3 if data_out else None)
+        self.mlp.xavier_(out_gain=out_gain, zero_bias=zero_bias)
         self.gate_ffn.xavier_(out_gain=1.0, zero_bias=zero_bias)
         self.reset_gate_bias()
 
