@@ -12,6 +12,7 @@ import pytest
 from sglab.cli import main
 from sglab.sweep import SweepSpec, expand
 from sglab.sweep.jobs import sweep_run_ids
+from tests.processes import parent_pids
 from tests.test_store_and_sweep import TINY
 
 ray = pytest.importorskip("ray")
@@ -28,26 +29,24 @@ def job_worker_pids() -> list[int]:
     """Processes whose title Ray set to the running task's name, among the descendants of
     this process (the workers of this test's Ray instance, not of another one on the
     machine: a parallel test run or someone's sweep)."""
-    parent, title = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        parent[int(entry.name)], title[int(entry.name)] = int(stat[1]), cmdline  # ppid
+    parents = parent_pids()
 
     def descends_from_us(pid: int) -> bool:
         while pid > 1:
-            pid = parent.get(pid, 0)
+            pid = parents.get(pid, 0)
             if pid == os.getpid():
                 return True
         return False
 
-    return [pid for pid, cmdline in title.items()
-            if cmdline.startswith("ray::run_job") and descends_from_us(pid)]
+    pids = []
+    for pid in filter(descends_from_us, parents):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if cmdline.startswith("ray::run_job"):
+            pids.append(pid)
+    return pids
 
 
 def kill_a_worker_after_first_checkpoint(run_dir: Path, killed: list,

@@ -10,21 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import parent_pids
 from tests.test_store_and_sweep import TINY
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:  # fields: state, ppid, ...
-            found.append(int(stat.parent.name))
-    return found
+    return [child for child, parent in parent_pids().items() if parent == pid]
 
 
 def _alive(pid: int) -> bool:
