@@ -92,6 +92,8 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
         lstm = next(c for c in configs if c.model.name == "lstm")
         assert lstm.model.bidirectional and not lstm.task.boundary_tokens
         assert ensemble_key(lstm) is None
+        # the thesis code's sequence classifier: an end token, embeddings as wide as the state
+        assert lstm.model.end_token and lstm.model.embedding_width == lstm.model.d_model
     paper = experiment.configs(experiment.preset("paper"), [])
     assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
     assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512

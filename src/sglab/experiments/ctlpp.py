@@ -103,7 +103,9 @@ def models(d: int, d_ff: int, heads: int, lstm_units: int, steps: int, batch: in
     (None: ``dropout``); ``weight_decay``: the NDR's and the Bi-LSTM's.
     ``scored_classes``: the task field (``labels``: the classifiers score the 8 symbols
     only, as the thesis code's n-class heads); ``singles``: the task field (false: no
-    single applications in training, as in the thesis code)."""
+    single applications in training, as in the thesis code). The Bi-LSTM is the thesis
+    code's: an end token, embeddings as wide as the whole state, dropout on the embeddings
+    only (Table E.1's 408k parameters at 128 units)."""
     task = {"name": "ctlpp", "lengths": lengths, "train_size": train_size,
             "scored_classes": scored_classes, **({} if singles else {"singles": False})}
     ndr_attention_dropout = dropout if attention_dropout is None else attention_dropout
@@ -112,7 +114,9 @@ def models(d: int, d_ff: int, heads: int, lstm_units: int, steps: int, batch: in
                 "train": train_section(steps, batch, lr, 1.0, eval_every, warmup, weight_decay)},
         "bilstm": {"task": {**task, "boundary_tokens": False},
                    "model": {"name": "lstm", "d_model": 2 * lstm_units, "n_layers": 1,
-                             "bidirectional": True, "dropout": dropout},
+                             "bidirectional": True, "dropout": dropout, "end_token": True,
+                             "embedding_width": 2 * lstm_units,
+                             **({"final_dropout": False} if dropout else {})},
                    "train": train_section(lstm_steps or steps, lstm_batch, lstm_lr, 5.0,
                                           eval_every, warmup, weight_decay)}}
     arms = {key: arm for key, arm in arms.items() if key in only}

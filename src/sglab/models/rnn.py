@@ -5,6 +5,12 @@ The sequence is read left to right (and right to left for ``lstm`` with
 token's output (forward direction) concatenated with the first token's output of the
 backward direction. Returns logits of shape [batch, 1, vocab] (the classifier
 contract of :class:`sglab.tasks.base.SequenceClassificationTask`).
+
+Three switches give the sequence classifier of the CTL++ code (thesis App. E.1.2,
+``models/encoder_decoder.py``): ``end_token`` appends a learned end-of-sequence token
+after each row's last real token (its own embedding row), ``embedding_width`` embeds
+at the full state size rather than the per-direction one (Table E.1: 408k parameters),
+and ``final_dropout: false`` drops the embeddings only, not the final state.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class LSTMClassifierConfig(ModelConfig):
     n_layers: int = Field(1, ge=1)
     bidirectional: bool = False
     dropout: float = Field(0.5, ge=0, lt=1, description="On the embeddings and the final state.")
+    final_dropout: bool = Field(True, description="Dropout on the final state too; false: on "
+                                                  "the embeddings only (the CTL++ code).")
+    embedding_width: int | None = Field(
+        None, ge=1, description="Width of the token embeddings; null: the hidden size of one "
+                                "direction (the CTL++ code: the whole state, d_model).")
+    end_token: bool = Field(False, description="Append a learned end token after each row's "
+                                               "last real token (the CTL++ code's encoder).")
     classifier: Literal[True] = Field(True, description="Always a sequence classifier.")
     outputs: int = Field(1, ge=1, description="Answer slots read from the final state "
                                               "(logits [batch, outputs, vocab]).")
@@ -47,7 +60,10 @@ class LSTMClassifierConfig(ModelConfig):
     def _check_repeat(self):
         repeat = self.input_mode == "repeat"
         check_switches(self, {"repeat_steps": (repeat, "input_mode=repeat"),
-                              "schedule": (repeat, "input_mode=repeat")})
+                              "schedule": (repeat, "input_mode=repeat"),
+                              "embedding_width": (not repeat, "input_mode=tokens"),
+                              "end_token": (not repeat, "input_mode=tokens"),
+                              "final_dropout": (self.dropout > 0, "dropout > 0")})
         if repeat and self.bidirectional:
             raise ValueError("input_mode=repeat reads one vector per step: set "
                              "bidirectional=false")
@@ -75,9 +91,10 @@ class LSTMClassifier(nn.Module):
         if config.d_model % directions:
             raise ValueError("a bidirectional LSTM needs an even d_model")
         hidden = config.d_model // directions
-        if config.input_mode == "tokens":
-            self.embedding = nn.Embedding(vocab_size, hidden)
-        inputs = hidden if config.input_mode == "tokens" else width * (vocab_size - 1)
+        embedding_width = config.embedding_width or hidden
+        if config.input_mode == "tokens":  # the end token is the extra last row
+            self.embedding = nn.Embedding(vocab_size + int(config.end_token), embedding_width)
+        inputs = embedding_width if config.input_mode == "tokens" else width * (vocab_size - 1)
         self.lstm = nn.LSTM(inputs, hidden, config.n_layers, batch_first=True,
                             bidirectional=config.bidirectional,
                             dropout=config.dropout if config.n_layers > 1 else 0.0)
@@ -87,7 +104,9 @@ class LSTMClassifier(nn.Module):
         self.hidden = hidden
 
     def read(self, state: torch.Tensor) -> torch.Tensor:
-        return self.head(self.final(self.drop(state))).view(len(state), self.config.outputs, -1)
+        if self.config.final_dropout:
+            state = self.drop(state)
+        return self.head(self.final(state)).view(len(state), self.config.outputs, -1)
 
     def forward_repeat(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_mode=repeat: the whole input as one vector per step."""
@@ -114,6 +133,11 @@ class LSTMClassifier(nn.Module):
         batch, length = input_ids.shape
         lengths = (key_padding_mask.long().sum(1) if key_padding_mask is not None
                    else torch.full((batch,), length, dtype=torch.long))
+        if self.config.end_token:  # id vocab_size at each row's first padded column
+            input_ids = torch.cat([input_ids, input_ids.new_zeros(batch, 1)], 1)
+            input_ids = input_ids.scatter(1, lengths[:, None].to(input_ids.device),
+                                          self.vocab_size)
+            lengths, length = lengths + 1, length + 1
         packed = pack_padded_sequence(self.drop(self.embedding(input_ids)), lengths.cpu(),
                                       batch_first=True, enforce_sorted=False)
         outputs, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True,
