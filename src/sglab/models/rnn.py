@@ -2,9 +2,10 @@
 
 The sequence is read left to right (and right to left for ``lstm`` with
 ``bidirectional: true``); the class logits come from the final state: the last real
-token's output (forward direction) concatenated with the first token's output of the
-backward direction. Returns logits of shape [batch, 1, vocab] (the classifier
-contract of :class:`sglab.tasks.base.SequenceClassificationTask`).
+token's output (forward direction; with ``end_token``, the end token's) concatenated
+with the first token's output of the backward direction. Returns logits of shape
+[batch, 1, vocab] (the classifier contract of
+:class:`sglab.tasks.base.SequenceClassificationTask`).
 
 Three switches give the sequence classifier of the CTL++ code (thesis App. E.1.2,
 ``models/encoder_decoder.py``): ``end_token`` appends a learned end-of-sequence token
@@ -57,7 +58,7 @@ class LSTMClassifierConfig(ModelConfig):
                                 "slots there), then the second half, no state reset.")
 
     @model_validator(mode="after")
-    def _check_repeat(self):
+    def _check_switches(self):
         repeat = self.input_mode == "repeat"
         check_switches(self, {"repeat_steps": (repeat, "input_mode=repeat"),
                               "schedule": (repeat, "input_mode=repeat"),
