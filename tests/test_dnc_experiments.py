@@ -71,7 +71,8 @@ def test_mechanism_probes_use_the_seed_with_the_lowest_final_validation_loss(tmp
 
 def test_recall_default_and_every_paper_preset_build_the_authors_model():
     """The authors' init and -1/+1 input bits: the recall `default` (where they decide whether
-    a run leaves the plateau) and every `paper` preset of the bit tasks."""
+    a run leaves the plateau) and every `paper` preset of the bit tasks; recall's cells as
+    wide as App. A.2's."""
     from sglab.experiments.dnc_common import dnc_arms
 
     chosen = [("dnc-associative-recall", "default")] + [
@@ -81,6 +82,8 @@ def test_recall_default_and_every_paper_preset_build_the_authors_model():
         for arm in dnc_arms(params):
             cfg = build_run_config(arm.base, arm.overrides)
             assert (cfg.model.init, cfg.model.bit_inputs) == ("code", "signed"), (name, preset)
+            if name == "dnc-associative-recall":  # App. A.2's 32-bit cells: with 16 the DNC
+                assert cfg.model.cell_width == 32  # learned recall as fast as DNC-M (README)
     measured = registry.experiment("dnc-key-value").presets["default"]  # kept as measured
     cfg = build_run_config(measured["base"], {})
     assert (cfg.model.init, cfg.model.bit_inputs) == ("xavier", "binary")
