@@ -24,13 +24,17 @@ def settings(steps, lr=1e-3, batch=16):
 
 SEQ2SEQ = {"name": "seq2seq", "d_model": 16, "d_ff": 32, "n_heads": 2, "n_layers": 1,
            "dropout": 0.0, "tie_embeddings": False}
+# the Lake-Baroni LSTM (the thesis's Fig. 3.5 net), with dropout between its layers: the
+# frozen base stays in eval mode under the mask
+LSTM_SEQ2SEQ = {"name": "lstm_seq2seq", "d_model": 16, "n_layers": 2, "embedding_width": 8,
+                "dropout": 0.5}
 
 
-@pytest.fixture(scope="module")
-def base_run(tmp_path_factory):
+@pytest.fixture(scope="module", params=[SEQ2SEQ, LSTM_SEQ2SEQ], ids=["transformer", "lstm"])
+def base_run(request, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
-    config = build_run_config({"task": {"name": "scan", "split": "simple"}, "model": SEQ2SEQ,
-                               "train": settings(30)})
+    config = build_run_config({"task": {"name": "scan", "split": "simple"},
+                               "model": request.param, "train": settings(30)})
     return runs, train(config, runs, printer=None)["run_id"]
 
 

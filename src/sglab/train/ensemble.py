@@ -67,8 +67,8 @@ def ensemble_key(config: RunConfig) -> str | None:
     if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
             "sigma_moe", "switch", "s_base"):  # data-dependent shapes: no vmap
         return None
-    if config.model.name == "lstm":  # nn.LSTM draws its own dropout masks, and aten::lstm
-        return None  # has no vmap batching rule (torch 2.13), with or without dropout
+    if config.model.name in ("lstm", "lstm_seq2seq"):  # nn.LSTM draws its own dropout
+        return None  # masks, and aten::lstm has no vmap batching rule (torch 2.13)
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data
