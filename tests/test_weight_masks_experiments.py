@@ -4,6 +4,7 @@ then masks on them)."""
 import json
 
 import pytest
+import yaml
 
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
@@ -39,9 +40,11 @@ def test_quick_preset_end_to_end(name, tmp_path):
     assert json.loads((tmp_path / "out" / "results.json").read_text())["experiment"] == name
 
 
-def test_masks_scan_quick_preset_end_to_end(tmp_path):
+@pytest.mark.parametrize("network", ["transformer", "lstm"])
+def test_masks_scan_quick_preset_end_to_end(network, tmp_path):
     results = run_experiment(experiment("masks-scan"), "quick", tmp_path / "out",
-                             tmp_path / "runs", workers=1, threads=1, printer=lambda line: None)
+                             tmp_path / "runs", workers=1, threads=1, printer=lambda line: None,
+                             params=[f"network={network}"])
     splits = results["params"]["splits"]
     base = [x["run_id"] for x in results["labels"] if x["role"] == "base"]
     masks = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "mask"}
@@ -53,7 +56,11 @@ def test_masks_scan_quick_preset_end_to_end(tmp_path):
     direct = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "direct"}
     assert set(direct) == {"addprim_jump"}
     config = (tmp_path / "runs" / direct["addprim_jump"] / "config.yaml").read_text()
-    assert "split: addprim_jump" in config and "name: seq2seq" in config
+    model = {"transformer": "seq2seq", "lstm": "lstm_seq2seq"}[network]
+    assert "split: addprim_jump" in config and f"name: {model}" in config
+    beta = results["params"]["beta" if network == "transformer" else "lstm_beta"]
+    mask = yaml.safe_load((tmp_path / "runs" / masks["simple"] / "config.yaml").read_text())
+    assert mask["model"]["beta"] == beta
     assert {c["id"] for c in results["claims"]} == {
         "full-mask-keeps-accuracy", "split-mask-loses-accuracy", "jump-output-weights-removed",
         "pretraining-beats-direct-training"}
@@ -73,6 +80,8 @@ def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
     for splits in (["addprim_jump"], ["simple", "jump"], ["simple", "simple"]):
         with pytest.raises(SglabError, match="include 'simple'"):
             scan.arms({**scan.preset("quick"), "splits": splits})
+    with pytest.raises(SglabError, match="network 'gru' is not one of transformer, lstm"):
+        scan.arms({**scan.preset("quick"), "network": "gru"})
 
 
 class Base(dict):

@@ -36,8 +36,10 @@ weights than any other action, by ``jump_margin`` (Fig. 3.5b); the split's mask 
 IID-trained net scores above the net trained directly on the split (Fig. B.8: "the
 remaining weights still perform significantly better").
 
-The Lake-Baroni LSTM of the thesis (also in Fig. 3.5) is not built here: sglab has no
-recurrent encoder-decoder.
+``network: lstm`` runs the same protocol on the Lake-Baroni LSTM encoder-decoder
+(``lstm_seq2seq``; the net of Fig. 3.5b, l. 703-709): 2 layers, embedding 16, hidden 200,
+dropout 0.5, teacher forcing 0.5 (l. 1963 and the weight-mask code), mask β 3e-5
+(l. 1965, ``sweeps/scan.yaml``) in ``paper``.
 """
 
 from __future__ import annotations
@@ -70,12 +72,24 @@ def split_test_set(split: str) -> str:
     return "iid_test" if split == FULL else "ood_test"
 
 
+NETWORKS = ("transformer", "lstm")
+
+
 def scan_preset(d_model, d_ff, n_heads, n_layers, base_steps, mask_steps, batch, seeds,
                 splits, eval_examples, dropout=0.1, base_schedule="constant", beta=1e-3,
-                gap_min=0.2, jump_margin=0.1) -> dict[str, Any]:
-    return {"model": {"name": "seq2seq", "d_model": d_model, "d_ff": d_ff,
+                gap_min=0.2, jump_margin=0.1, lstm_d_model=200, lstm_embedding=16,
+                lstm_dropout=0.5, lstm_beta=3e-5, lstm_base_steps=None) -> dict[str, Any]:
+    """``network`` picks the Transformer (``model``, mask ``beta``, ``base_steps``) or the
+    Lake-Baroni LSTM (``lstm_model``, ``lstm_beta``, ``lstm_base_steps``); the LSTM has 2
+    layers and teacher forcing 0.5."""
+    return {"network": "transformer",
+            "model": {"name": "seq2seq", "d_model": d_model, "d_ff": d_ff,
                       "n_heads": n_heads, "n_layers": n_layers, "dropout": dropout,
                       "pos_encoding": "sinusoidal", "tie_embeddings": False},
+            "lstm_model": {"name": "lstm_seq2seq", "d_model": lstm_d_model, "n_layers": 2,
+                           "embedding_width": lstm_embedding, "dropout": lstm_dropout,
+                           "teacher_forcing": 0.5},
+            "lstm_beta": lstm_beta, "lstm_base_steps": lstm_base_steps or base_steps,
             "base_steps": base_steps, "mask_steps": mask_steps, "batch": batch,
             "seeds": seeds, "splits": splits, "eval_examples": eval_examples,
             # thesis B.3.7 (l. 1965): beta 1e-3 for Transformers, mask lr 1e-2, clip 5
@@ -99,6 +113,24 @@ def train_settings(params: dict[str, Any], steps: int, lr: float, evaluations: i
             "eval_max_examples": params["eval_examples"]}
 
 
+def network(params: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
+    """The net's model section, the masks' beta and the nets' steps for
+    ``params["network"]``."""
+    if params["network"] == "lstm":
+        return params["lstm_model"], params["lstm_beta"], params["lstm_base_steps"]
+    return params["model"], params["beta"], params["base_steps"]
+
+
+def describe_network(params: dict[str, Any]) -> str:
+    model = network(params)[0]
+    if params["network"] == "lstm":
+        return (f"LSTM encoder-decoder (Lake and Baroni), {model['n_layers']} layers of "
+                f"{model['d_model']}, embeddings {model['embedding_width']}, dropout "
+                f"{model['dropout']:g}, teacher forcing {model['teacher_forcing']:g}")
+    return (f"Transformer d_model {model['d_model']}, d_ff {model['d_ff']}, {model['n_heads']} "
+            f"heads, {model['n_layers']}+{model['n_layers']} layers, separate output layer")
+
+
 def accuracy(seeds: list[dict[str, Any]], split: str, mask: str) -> list[float]:
     """Exact match on ``split``'s test set under ``mask`` (none / full / split), per seed."""
     return [seed["accuracy"][split][mask] for seed in seeds]
@@ -119,9 +151,15 @@ class ScanMasks(Experiment):
     # steps kept 72.5%, beta 2.5e-4 71% after 1,000 steps, beta 1e-3 2% (see README).
     presets = {
         "quick": scan_preset(16, 32, 2, 1, 60, 20, 32, [0], [FULL, JUMP], 100,
-                             dropout=0.0),
+                             dropout=0.0, lstm_d_model=16, lstm_embedding=8, lstm_dropout=0.0),
+        # network=lstm: 2 x 128 units, no dropout (the thesis's 200 with dropout 0.5 was at
+        # 0.12 after 1,500 steps, this at 0.66), 6,000 steps (3,500 left a net at 0.85);
+        # beta 1e-5 by B.3.3's rule (full-data masks of 1,000 steps on a 3,000-step net at
+        # 0.917: 1e-5 keeps 96.6%, 3e-5 85.8%, 1e-4 64.8%, 3e-4 29.1%; README)
         "default": scan_preset(64, 128, 4, 3, 3500, 1000, 64, [0], [FULL, JUMP, "length"],
-                               1000, dropout=0.0, base_schedule="cosine", beta=1e-4),
+                               1000, dropout=0.0, base_schedule="cosine", beta=1e-4,
+                               lstm_d_model=128, lstm_dropout=0.0, lstm_beta=1e-5,
+                               lstm_base_steps=6000),
         "paper": scan_preset(100, 200, 4, 3, 25_000, 25_000, 256, list(range(10)),
                              list(FIXED_SPLITS), None),
     }
@@ -129,6 +167,9 @@ class ScanMasks(Experiment):
     # ------------------------------------------------------------------ runs
     @staticmethod
     def check(params: dict[str, Any]) -> None:
+        if params["network"] not in NETWORKS:
+            raise SglabError(f"masks-scan: network {params['network']!r} is not one of "
+                             f"{', '.join(NETWORKS)}")
         splits = params["splits"]
         unknown = [s for s in splits if s not in FIXED_SPLITS]
         if unknown or FULL not in splits or len(set(splits)) != len(splits):
@@ -140,12 +181,12 @@ class ScanMasks(Experiment):
         """The base nets on the ``simple`` training set (masks follow, see :meth:`stages`)
         and, for Fig. B.8, nets trained the same way directly on each other split."""
         self.check(params)
-        train = train_settings(params, params["base_steps"], params["base_lr"], 4,
+        train = train_settings(params, network(params)[2], params["base_lr"], 4,
                                params["base_schedule"])
 
         def config(split: str) -> dict[str, Any]:
             task = {"name": "scan", "split": split, "length_groups": params["length_groups"]}
-            return {"task": task, "model": params["model"], "train": train}
+            return {"task": task, "model": network(params)[0], "train": train}
 
         return [Arm({"role": "base"}, config(FULL), seed=seed) for seed in params["seeds"]] + [
             Arm({"role": "direct", "split": split}, config(split), seed=seed)
@@ -157,7 +198,7 @@ class ScanMasks(Experiment):
         return [Arm({"role": "mask", "split": split},
                     {"task": {"name": "scan", "split": split},
                      "model": {"name": "masked", "base_run": base.run_id,
-                               "beta": params["beta"]},
+                               "beta": network(params)[1]},
                      "train": train}, seed=base.seed)
                 for base in bases for split in params["splits"]]
 
@@ -264,13 +305,12 @@ class ScanMasks(Experiment):
                       "columns": ["mask", "kept"],
                       "rows": [[s, format_mean_std([x["kept"][s] for x in seeds], 0)]
                                for s in splits]}
-        model, shown = params["model"], params["eval_examples"]
+        shown = params["eval_examples"]
         tested = "all examples" if shown is None else f"the first {shown} (shuffled) examples"
-        text = (f"{len(seeds)} seed(s); Transformer d_model {model['d_model']}, d_ff "
-                f"{model['d_ff']}, {model['n_heads']} heads, {model['n_layers']}+"
-                f"{model['n_layers']} layers, separate output layer; base {params['base_steps']}"
-                f" steps on simple, masks {params['mask_steps']} steps, batch {params['batch']}, "
-                f"beta {params['beta']:g}, K = 4. Test sets: {tested}.")
+        text = (f"{len(seeds)} seed(s); {describe_network(params)}; base "
+                f"{network(params)[2]} steps on simple, masks {params['mask_steps']} steps, "
+                f"batch {params['batch']}, beta {network(params)[1]:g}, K = 4. Test sets: "
+                f"{tested}.")
         section = {"title": "SCAN splits under weight masks", "text": text,
                    "tables": [accuracy_table, output_table, kept_table], "figures": figures}
         return {"claims": self.checked_claims(params, seeds), "sections": [section]}
