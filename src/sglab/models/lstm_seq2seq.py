@@ -40,6 +40,7 @@ from sglab.config import ModelConfig
 from sglab.errors import SglabError
 from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
+from sglab.models.seq2seq import greedy_decode
 
 
 class LSTMSeq2SeqConfig(ModelConfig):
@@ -131,28 +132,17 @@ class LSTMSeq2Seq(nn.Module):
     @torch.no_grad()
     def generate(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None,
                  max_steps: int, eos_id: int, suppress_eos: bool = False) -> list[list[int]]:
-        """Greedy decoding from ``<eos>`` (= BOS) for at most ``max_steps`` tokens, as
-        :meth:`sglab.models.seq2seq.Seq2SeqTransformer.generate` (each sequence ends at its
-        first EOS, not included; ``suppress_eos``: never EOS, ``max_steps`` tokens)."""
+        """Greedy decoding from ``<eos>`` (= BOS) for at most ``max_steps`` tokens
+        (:func:`sglab.models.seq2seq.greedy_decode`), one decoder step per token."""
         state = self.encode(source_ids, source_mask)
-        batch = source_ids.shape[0]
-        ids = torch.full((batch, 1), eos_id, dtype=torch.long, device=source_ids.device)
-        done = torch.zeros(batch, dtype=torch.bool, device=source_ids.device)
-        rows = []
-        for _ in range(max_steps):
-            logits, state = self.decode_step(ids, state)
-            logits = logits[:, -1]
-            if suppress_eos:
-                logits[:, eos_id] = float("-inf")
-            ids = logits.argmax(-1).masked_fill(done, eos_id)[:, None]
-            rows.append(ids)
-            done |= ids[:, 0] == eos_id
-            if bool(done.all()):
-                break
-        out = []
-        for row in torch.cat(rows, 1).tolist():
-            out.append(row[: row.index(eos_id)] if eos_id in row else row)
-        return out
+
+        def next_logits(ids: torch.Tensor) -> torch.Tensor:  # reads only the newest token
+            nonlocal state
+            logits, state = self.decode_step(ids[:, -1:], state)
+            return logits[:, -1]
+
+        return greedy_decode(next_logits, source_ids.shape[0], max_steps, eos_id, suppress_eos,
+                             source_ids.device)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

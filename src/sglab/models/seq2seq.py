@@ -204,25 +204,31 @@ class Seq2SeqTransformer(nn.Module):
         exact without a cache (sequences here are short).
         """
         memory = self.encode(source_ids, source_mask)
-        batch = source_ids.shape[0]
-        ids = torch.full((batch, 1), eos_id, dtype=torch.long, device=source_ids.device)
-        done = torch.zeros(batch, dtype=torch.bool, device=source_ids.device)
-        for _ in range(max_steps):
-            logits = self.decode(ids, memory, source_mask)[:, -1]
-            if suppress_eos:
-                logits[:, eos_id] = float("-inf")
-            next_ids = logits.argmax(-1).masked_fill(done, eos_id)
-            ids = torch.cat([ids, next_ids[:, None]], 1)
-            done |= next_ids == eos_id
-            if bool(done.all()):
-                break
-        out = []
-        for row in ids[:, 1:].tolist():
-            out.append(row[: row.index(eos_id)] if eos_id in row else row)
-        return out
+        return greedy_decode(lambda ids: self.decode(ids, memory, source_mask)[:, -1],
+                             source_ids.shape[0], max_steps, eos_id, suppress_eos,
+                             source_ids.device)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def greedy_decode(next_logits, batch: int, max_steps: int, eos_id: int, suppress_eos: bool,
+                  device) -> list[list[int]]:
+    """Greedy decoding from ``<eos>`` (= BOS): ``next_logits(ids)`` gives the logits
+    [batch, vocab] after the decoder inputs ``ids`` [batch, t]. Each sequence ends at its
+    first EOS (not included); with ``suppress_eos`` it runs ``max_steps`` tokens."""
+    ids = torch.full((batch, 1), eos_id, dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    for _ in range(max_steps):
+        logits = next_logits(ids)
+        if suppress_eos:
+            logits[:, eos_id] = float("-inf")
+        next_ids = logits.argmax(-1).masked_fill(done, eos_id)
+        ids = torch.cat([ids, next_ids[:, None]], 1)
+        done |= next_ids == eos_id
+        if bool(done.all()):
+            break
+    return [row[: row.index(eos_id)] if eos_id in row else row for row in ids[:, 1:].tolist()]
 
 
 @registry.register("model", "seq2seq", Seq2SeqConfig,
@@ -231,4 +237,5 @@ def make_seq2seq(config: Seq2SeqConfig, vocab_size: int, max_len: int) -> Seq2Se
     return Seq2SeqTransformer(config, vocab_size, max_len)
 
 
-__all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "embedding_scales", "init_embedding"]
+__all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "embedding_scales", "greedy_decode",
+           "init_embedding"]
