@@ -71,14 +71,16 @@ def test_greedy_generate_matches_the_one_pass_scorer(net):
     model, task = net
     data = task.split("iid_test").subset(torch.arange(30))
     batch = seq2seq_batch(data, task.eos_id)
-    steps = int(data.target_lengths.max()) + 1
-    decoded = model.generate(batch.source_ids, batch.source_mask, steps, task.eos_id)
+    # greedy = the argmax given its own prefix: teacher-force the decoded tokens back in
+    steps = int(data.target_lengths.max())
+    decoded = torch.tensor(model.generate(batch.source_ids, batch.source_mask, steps,
+                                          task.eos_id, suppress_eos=True))
+    assert decoded.shape == (30, steps)
+    own = torch.cat([torch.full((30, 1), task.eos_id), decoded[:, :-1]], 1)
     with torch.no_grad():
-        forced = model(batch.input_ids, **batch.model_inputs()).argmax(-1)
-    for row, tokens in enumerate(decoded):  # greedy = argmax given its own prefix
-        prefix = batch.input_ids[row, 1: len(tokens) + 1].tolist()
-        if tokens[: len(prefix)] == prefix == batch.targets[row, : len(prefix)].tolist():
-            assert tokens == forced[row, : len(tokens)].tolist()
+        logits = model(own, **batch.model_inputs())
+    logits[..., task.eos_id] = float("-inf")
+    assert torch.equal(logits.argmax(-1), decoded)
     exact = greedy_exact_match(model, data, task.eos_id).float().mean()
     scored = task.evaluate(model, "iid_test", 64, max_examples=30)["iid_test/exact_match"]
     assert float(exact) == pytest.approx(scored)

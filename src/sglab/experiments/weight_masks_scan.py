@@ -181,12 +181,12 @@ class ScanMasks(Experiment):
         """The base nets on the ``simple`` training set (masks follow, see :meth:`stages`)
         and, for Fig. B.8, nets trained the same way directly on each other split."""
         self.check(params)
-        train = train_settings(params, network(params)[2], params["base_lr"], 4,
-                               params["base_schedule"])
+        model, _, steps = network(params)
+        train = train_settings(params, steps, params["base_lr"], 4, params["base_schedule"])
 
         def config(split: str) -> dict[str, Any]:
             task = {"name": "scan", "split": split, "length_groups": params["length_groups"]}
-            return {"task": task, "model": network(params)[0], "train": train}
+            return {"task": task, "model": model, "train": train}
 
         return [Arm({"role": "base"}, config(FULL), seed=seed) for seed in params["seeds"]] + [
             Arm({"role": "direct", "split": split}, config(split), seed=seed)
@@ -307,10 +307,10 @@ class ScanMasks(Experiment):
                                for s in splits]}
         shown = params["eval_examples"]
         tested = "all examples" if shown is None else f"the first {shown} (shuffled) examples"
-        text = (f"{len(seeds)} seed(s); {describe_network(params)}; base "
-                f"{network(params)[2]} steps on simple, masks {params['mask_steps']} steps, "
-                f"batch {params['batch']}, beta {network(params)[1]:g}, K = 4. Test sets: "
-                f"{tested}.")
+        _, beta, steps = network(params)
+        text = (f"{len(seeds)} seed(s); {describe_network(params)}; base {steps} steps on "
+                f"simple, masks {params['mask_steps']} steps, batch {params['batch']}, beta "
+                f"{beta:g}, K = 4. Test sets: {tested}.")
         section = {"title": "SCAN splits under weight masks", "text": text,
                    "tables": [accuracy_table, output_table, kept_table], "figures": figures}
         return {"claims": self.checked_claims(params, seeds), "sections": [section]}

@@ -103,7 +103,7 @@ class LSTMSeq2Seq(nn.Module):
         return self.encoder(packed)[1]
 
     def decode_step(self, ids: torch.Tensor, state):
-        """Logits [batch, 1, vocab] after reading ``ids`` [batch, 1], and the new state."""
+        """Logits [batch, t, vocab] after reading ``ids`` [batch, t], and the new state."""
         outputs, state = self.decoder(self.drop(self.target_embedding(ids)), state)
         return self.output(self.final(outputs)), state
 
@@ -120,8 +120,7 @@ class LSTMSeq2Seq(nn.Module):
         forced = (not self.training or self.config.teacher_forcing >= 1
                   or float(torch.rand(())) < self.config.teacher_forcing)
         if forced:  # padded decoder steps come after a row's targets and change nothing
-            outputs, _ = self.decoder(self.drop(self.target_embedding(input_ids)), state)
-            return self.output(self.final(outputs))
+            return self.decode_step(input_ids, state)[0]
         ids, logits = input_ids[:, :1], []
         for _ in range(input_ids.shape[1]):
             step, state = self.decode_step(ids, state)
