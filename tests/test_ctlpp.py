@@ -111,6 +111,40 @@ def test_uniform_lengths_draw_fresh_batches_with_uniform_lengths():
     assert not torch.equal(split.tokens, other.tokens)
 
 
+@pytest.mark.parametrize("lengths", ["uniform", "thesis"])
+def test_one_length_batches_are_unpadded_and_follow_the_length_mix(lengths):
+    task = make(variant="R", lengths=lengths, train_size=20_000, batch_lengths="one")
+    generator = torch.Generator().manual_seed(0)
+    seen, held = [], {(tuple(f), s) for f, s, _ in sequences(task, task.splits["iid_test"])}
+    for _ in range(900):
+        batch = task.train_batch(8, generator, False)
+        assert batch.key_padding_mask.all()  # one length, so no padding column
+        split = ClassificationSplit(batch.input_ids, batch.key_padding_mask.sum(1),
+                                    batch.targets[:, 0])
+        rows = sequences(task, split)
+        assert len({len(f) for f, _, _ in rows}) == 1
+        for functions, symbol, label in rows:
+            assert trains_on("R", functions) and (tuple(functions), symbol) not in held
+            value = symbol
+            for f in functions:
+                value = int(task.tables[f][value])
+            assert value == label
+        seen.append(len(rows[0][0]))
+    share = torch.bincount(torch.tensor(seen), minlength=7)[1:].float() / len(seen)
+    if lengths == "uniform":  # each of the six lengths 1/6 of the batches
+        expected = torch.full((6,), 1 / 6)
+    else:  # as often as the fixed set holds that length (singles: 256 of 20,000)
+        counts = torch.bincount(task.splits["train"].groups["length"], minlength=7)[1:]
+        expected = counts.float() / counts.sum()
+    assert (share - expected).abs().max() < 0.045
+
+
+def test_mixed_batches_draw_a_length_per_example():
+    task = make(variant="R", lengths="uniform")
+    batch = task.train_batch(64, torch.Generator().manual_seed(0), False)
+    assert len(set(batch.key_padding_mask.sum(1).tolist())) > 3
+
+
 @pytest.mark.parametrize("variant", ["A", "R"])
 def test_without_singles_training_holds_compositions_of_two_to_six_only(variant):
     """The authors' code trains on 2-6 functions; the thesis text adds single applications."""

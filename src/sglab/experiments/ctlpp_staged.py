@@ -77,14 +77,15 @@ class CTLPPStaged(Experiment):
         # the authors' sweeps (fit_parallel_branches_2stage_overlap_*): |G_o| 4, 8, 12, 16,
         # shared symbols 2-6, 5 seeds a cell, App. E.1.2 training (NDR and Bi-LSTM 80k
         # steps, Transformer 300k; the NDR as in `ctlpp` paper); the Bi-LSTM of these
-        # sweeps: 128 units per direction, batch 128, lr 1e-3
+        # sweeps: 128 units per direction, batch 128, lr 1e-3; one length per batch
         "paper": {**staged_preset(functions=[4, 8, 12, 16], symbols=[2, 3, 4, 5, 6],
                                   seeds=list(range(5)), d=256, d_ff=512, heads=4,
                                   lstm_units=128, steps=80_000, batch=512, lstm_batch=128,
                                   lr=1.5e-4, lstm_lr=1e-3, dropout=0.5, eval_every=1000,
                                   lengths="thesis", train_size=300_000, warmup=500,
                                   transformer_steps=300_000, scored_classes="labels",
-                                  attention_dropout=0.1, weight_decay=0.0),
+                                  attention_dropout=0.1, weight_decay=0.0,
+                                  batch_lengths="one"),
                 "quiet": False},
     }
 

@@ -428,6 +428,20 @@ class SequenceClassificationTask(GeneratedSplitsTask):
         index = torch.randint(len(train), (batch_size,), generator=generator)
         return train.subset(index).batch()
 
+    def length_bucketed_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """One length (``groups["length"]``) per batch, drawn in proportion to the training
+        set, the examples uniform within it (the thesis code's length-bucketed sampler:
+        examples sorted by length, cut into batches, the batches shuffled). No padding."""
+        train = self.splits["train"]
+        if not hasattr(self, "_by_length"):
+            lengths = train.groups["length"]
+            self._by_length = [torch.nonzero(lengths == k).flatten()
+                               for k in torch.unique(lengths).tolist()]
+        counts = torch.tensor([len(group) for group in self._by_length], dtype=torch.float)
+        group = self._by_length[int(torch.multinomial(counts, 1, generator=generator))]
+        pick = torch.randint(len(group), (batch_size,), generator=generator)
+        return train.subset(group[pick]).batch()
+
     @torch.no_grad()
     def predict(self, model, split: str, batch_size: int = 1024, max_examples: int | None = None,
                 device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

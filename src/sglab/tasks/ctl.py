@@ -152,21 +152,8 @@ class CTLTask(SequenceClassificationTask):
         if sampling == "dataset":
             return super().train_batch(batch_size, generator, causal)
         if sampling == "bucketed":
-            return self._bucketed_batch(batch_size, generator)
+            return self.length_bucketed_batch(batch_size, generator)
         return self._fresh_batch(batch_size, generator)
-
-    def _bucketed_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """One length per batch, lengths in proportion to the training set (thesis code:
-        examples sorted by length, cut into batches, the batches shuffled)."""
-        train = self.splits["train"]
-        if not hasattr(self, "_by_length"):
-            lengths = train.groups["length"]
-            self._by_length = [torch.nonzero(lengths == k).flatten()
-                               for k in torch.unique(lengths).tolist()]
-        counts = torch.tensor([len(group) for group in self._by_length], dtype=torch.float)
-        group = self._by_length[int(torch.multinomial(counts, 1, generator=generator))]
-        pick = torch.randint(len(group), (batch_size,), generator=generator)
-        return train.subset(group[pick]).batch()
 
     def _fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """Lengths uniform over ``train_lengths``; each example a fresh random sequence of

@@ -27,7 +27,9 @@ composition puts next to each other two functions that training never put togeth
 examples, at most ``max_fraction`` of each length's distinct sequences, lengths
 balanced where possible (so short compositions are rare: 300k examples give length 2
 about 0.7%). ``uniform``: every batch is fresh, lengths uniform over 1-6, sequences of
-the IID test rejected (the fixed set is still built, for inspection).
+the IID test rejected (the fixed set is still built, for inspection). ``batch_lengths:
+one`` gives every batch a single length, as the authors' length-bucketed sampler does, so
+no batch carries padding (a step of the CPU-size NDR runs about 1.5x faster).
 
 'S' has no single applications and only even lengths (2, 4, 6); every length-2 sequence
 of its training graph trains (the authors' code adds them all, its ``pairs`` split)
@@ -81,6 +83,11 @@ class CTLPPConfig(ClassificationTaskConfig):
                               "uniform: fresh batches with lengths uniform over 1..max_length "
                               "('S': the even ones), "
                               "IID test sequences rejected.")
+    batch_lengths: Literal["mixed", "one"] = Field(
+        "mixed", description="mixed: every example of a batch draws its own length; one: one "
+                             "length per batch (the authors' length-bucketed sampler; "
+                             "uniform: the length uniform over the training lengths, thesis: "
+                             "in proportion to the training set), so no batch is padded.")
     max_length: int = Field(6, ge=2, le=8, description="Longest composition (train and tests).")
     singles: bool = Field(True, description="'A', 'R': train on the 256 single applications "
                                             "(thesis Sec. 6.2); false: compositions of 2 or "
@@ -261,15 +268,21 @@ class CTLPPTask(SequenceClassificationTask):
 
     # ------------------------------------------------------------------ training batches
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        one_length = self.config.batch_lengths == "one"
         if self.config.lengths == "thesis":
+            if one_length:
+                return self.length_bucketed_batch(batch_size, generator)
             return super().train_batch(batch_size, generator, causal)
-        return self.fresh_batch(batch_size, generator)
+        return self.fresh_batch(batch_size, generator, one_length)
 
-    def fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """Lengths uniform over :meth:`train_lengths`; each example a fresh sequence of the
-        training graph that is not in the IID test."""
+    def fresh_batch(self, batch_size: int, generator: torch.Generator,
+                    one_length: bool = False) -> Batch:
+        """Lengths uniform over :meth:`train_lengths` (``one_length``: one draw for the whole
+        batch); each example a fresh sequence of the training graph not in the IID test."""
         choices = torch.tensor(self.train_lengths())
-        lengths = choices[torch.randint(len(choices), (batch_size,), generator=generator)]
+        draws = torch.randint(len(choices), (1 if one_length else batch_size,),
+                              generator=generator)
+        lengths = choices[draws].expand(batch_size)
         parts, order = [], []
         for length in torch.unique(lengths).tolist():
             rows = torch.nonzero(lengths == length).flatten()
