@@ -269,7 +269,7 @@ class _Run:
     def __init__(self, seed, iid, ood, clusters, correct):
         from types import SimpleNamespace
 
-        from sglab.analysis.symbol_clusters import SymbolClusters
+        from sglab.analysis.symbol_clusters import SymbolClusters, adjusted_rand_index
         from sglab.experiments.ctlpp import IID, OOD
 
         self.labels, self.seed = {"model": "ndr", "split": "R"}, seed
@@ -277,7 +277,8 @@ class _Run:
         self.task = SimpleNamespace(tables=np.zeros((32, 8), dtype=int))
         separation = [float(len(set(clusters))) for _ in range(8)]
         self.measures = {"symbol_clusters": SymbolClusters([np.eye(32)] * 8, [clusters] * 8,
-                                                           separation, [0.0] * 8),
+                                                           separation,
+                                                           [adjusted_rand_index(clusters, GROUPS)] * 8),
                          "pair_correct": np.stack([correct] * 8)}
 
     def __getitem__(self, label):
@@ -303,4 +304,9 @@ def test_clusters_group_specific_claim_reads_only_seeds_that_fit_iid_and_fail_oo
     assert experiment.compatibility(runs, tmp_path)[1].passed is False
     one = np.zeros(32, dtype=int)
     assert experiment.compatibility([_Run(4, 1.0, 0.5, one, specific)], tmp_path)[1].passed is None
+    # clusters that ignore the groups (ARI below 0.5): the figure's premise is missing, so a
+    # cluster read by one group only is not a group-specific cluster; not judged
+    mixed = np.arange(32) % 2
+    unrelated = experiment.compatibility([_Run(5, 1.0, 0.5, mixed, specific)], tmp_path)[1]
+    assert unrelated.passed is None and "follow the groups" in unrelated.evidence
     assert experiment.compatibility(runs[1:3], tmp_path)[1].passed is None  # no failing seed
