@@ -2,13 +2,14 @@
 
 import collections
 
+import numpy as np
 import pytest
 import torch
 
 from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.tasks import build_task
-from sglab.tasks.listops import dependency_depth, tokens, value
+from sglab.tasks.listops import dependency_depth, nesting_depth, tokens, value
 
 
 def _task(name, **fields):
@@ -306,6 +307,63 @@ def test_listops_draws_only_the_chosen_operators_and_labels_stay_correct():
         _task("listops", operators=("MIN", "MIN"))
     with pytest.raises(SglabError, match="operators"):
         _task("listops", operators=("MIN", "DIV"))
+
+
+def test_listops_thesis_code_draws_carry_their_value_and_depths():
+    task = _task("listops", structure="thesis_code")
+    rng = np.random.default_rng(0)
+    dependency = collections.Counter()
+    for depths in ((1, 3), (5, 5)):
+        for _ in range(1500):
+            drawn = task.thesis_code_draw(depths, rng)
+            tree = drawn.tree
+            assert drawn.value == value(tree) and drawn.dependency == dependency_depth(tree)
+            assert drawn.n_tokens == len(tokens(tree)) and drawn.nesting == nesting_depth(tree)
+            # as deep as the range asks, never deeper; pruning only makes it shallower
+            assert depths[0] <= drawn.nesting <= depths[1] and drawn.dependency <= drawn.nesting
+            dependency[depths, drawn.dependency] += 1
+    # bushy random trees: most deep draws need far fewer levels than they are nested
+    assert dependency[(5, 5), 5] < dependency[(5, 5), 1] and dependency[(5, 5), 5] > 0
+
+
+def test_listops_thesis_code_wraps_the_tree_as_a_non_last_argument():
+    # no sub-lists: the first tree is a digit, then every level wraps the one below it
+    task = _task("listops", structure="thesis_code", sublist_probability=0.0, max_arguments=4)
+    rng = np.random.default_rng(1)
+    positions, counts = collections.Counter(), collections.Counter()
+    for _ in range(300):
+        tree = task.thesis_code_draw((5, 5), rng).tree
+        for _level in range(5):
+            op, args = tree
+            deep = [i for i, a in enumerate(args) if not isinstance(a, int)]
+            assert len(deep) <= 1 and all(isinstance(a, int) for a in args if a is not None)
+            counts[len(args)] += 1
+            if deep:
+                positions[deep[0] == len(args) - 1] += 1
+                tree = args[deep[0]]
+    assert positions[True] == 0 and positions[False] == 300 * 4
+    assert set(counts) == {3, 4}  # 2 to max - 1 new arguments, plus the wrapped tree
+
+
+def test_listops_thesis_code_splits_fill_their_depth_quotas():
+    task = _task("listops", structure="thesis_code", train_size=300, iid_valid_size=60,
+                 ood_valid_size=30, test_size=30, train_depths=(1, 3), ood_valid_depths=(4, 4),
+                 test_depths=(5, 5), max_arguments=3, max_tokens=50,
+                 operators=("MIN", "MAX", "MED"))
+    for split, (low, high) in (("train", (1, 3)), ("iid_valid", (1, 3)), ("ood_valid", (4, 4)),
+                               ("ood_test", (5, 5))):
+        data = task.split(split)
+        depths = collections.Counter(data.groups["depth"].tolist())
+        assert set(depths) == set(range(low, high + 1))
+        assert max(depths.values()) - min(depths.values()) <= 1
+        assert int(data.lengths.max()) <= 52
+    assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+    assert len(set(_texts(task, "ood_test"))) == 30
+    impossible = _task("listops", structure="thesis_code", train_size=30, iid_valid_size=10,
+                       ood_valid_size=10, test_size=10, train_depths=(1, 3),
+                       ood_valid_depths=(4, 4), test_depths=(5, 5), max_tokens=12)
+    with pytest.raises(SglabError, match="unfilled.*max_tokens"):
+        impossible.split("ood_test")
 
 
 def test_classification_tasks_need_a_classifier_model():

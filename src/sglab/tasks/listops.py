@@ -12,17 +12,24 @@ depth of what remains. A sample of dependency depth K therefore really needs K
 levels of computation. Samples are built top-down with one argument of depth K-1
 that must be selected; splits are balanced over dependency depth: train 1-5,
 ``ood_valid`` 6, ``ood_test`` 7-8.
+
+``structure="thesis_code"`` draws the trees as the thesis code does instead
+(``dataset/listops.py``, ``get_one``): a random tree (each argument a list with
+probability ``sublist_probability``) as deep as the split's top, wrapped as a non-last
+argument of new lists until it is nested deep enough, then filed by dependency depth
+into equal quotas. Its trees are bushy: unselected sub-lists are as deep as the rest.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from sglab import registry
+from sglab.errors import SglabError
 from sglab.tasks.base import (
     BEGIN,
     END,
@@ -52,6 +59,10 @@ class ListOpsConfig(ClassificationTaskConfig):
     sublist_probability: float = Field(0.3, ge=0, le=1, description="Chance an extra argument is a list.")
     max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
     boundary_tokens: bool = True
+    structure: Literal["chain", "thesis_code"] = Field(
+        "chain", description="chain: one selected argument per level with small side lists; "
+                             "thesis_code: the thesis code's random trees, filed by dependency "
+                             "depth")
     operators: tuple[Literal["MIN", "MAX", "MED", "SM"], ...] = Field(
         OPERATORS, min_length=1, description="Operators drawn (thesis: all four); a CPU proxy "
                                              "may leave some out. Only these enter the vocabulary.")
@@ -114,6 +125,43 @@ def dependency_depth(tree: Tree) -> int:
     return 1 + max(dependency_depth(a) for a in selected_arguments(tree))
 
 
+class Drawn(NamedTuple):
+    """A tree with what the samplers file it by, computed bottom-up."""
+
+    tree: Tree
+    value: int
+    dependency: int  # dependency_depth(tree)
+    n_tokens: int  # len(tokens(tree))
+    nesting: int  # nesting_depth(tree)
+
+    @staticmethod
+    def combine(op: str, args: list[Drawn]) -> Drawn:
+        """The list ``[op *args]``; its selected arguments as ``selected_arguments`` picks
+        them (the holders of the result, shallowest among equal values)."""
+        values = sorted(a.value for a in args)
+        n = len(values)
+        if op == "SM":
+            result, wanted = sum(values) % 10, None
+        elif op == "MIN":
+            result, wanted = values[0], [values[0]]
+        elif op == "MAX":
+            result, wanted = values[-1], [values[-1]]
+        else:
+            wanted = [values[n // 2]] if n % 2 else [values[n // 2 - 1], values[n // 2]]
+            result = sum(wanted) // len(wanted)
+        if wanted is None:
+            needed = max(a.dependency for a in args)
+        else:
+            pool = sorted((a.dependency, a.value) for a in args)
+            needed = 0
+            for v in wanted:
+                pick = next(p for p in pool if p[1] == v)
+                pool.remove(pick)
+                needed = max(needed, pick[0])
+        return Drawn((op, tuple(a.tree for a in args)), result, 1 + needed,
+                     2 + sum(a.n_tokens for a in args), 1 + max(a.nesting for a in args))
+
+
 def nesting_depth(tree: Tree) -> int:
     if isinstance(tree, int):
         return 0
@@ -158,6 +206,34 @@ class ListOpsTask(SequenceClassificationTask):
                 return tree
         return None
 
+    def thesis_code_draw(self, depths: tuple[int, int], rng: np.random.Generator) -> Drawn:
+        """One draw of the thesis code's sampler for a split of dependency depths ``depths``
+        (in operations; the code counts a digit as depth 1, so its range is one higher): a
+        random tree up to the top depth, wrapped while too shallow as an argument (never the
+        last) of a new list whose other arguments are random trees. The tree comes with its
+        value, dependency depth, token count and nesting depth, computed as it is built."""
+        cfg = self.config
+
+        def arguments(most: int, levels: int) -> list[Drawn]:
+            count = int(rng.integers(cfg.min_arguments, max(most, cfg.min_arguments) + 1))
+            return [subtree(levels) for _ in range(count)]
+
+        def subtree(levels: int) -> Drawn:
+            if levels == 1 or rng.random() > cfg.sublist_probability:
+                digit = int(rng.integers(10))
+                return Drawn(digit, digit, 0, 1, 0)
+            return node(arguments(cfg.max_arguments, levels - 1))
+
+        def node(args: list[Drawn]) -> Drawn:
+            return Drawn.combine(cfg.operators[int(rng.integers(len(cfg.operators)))], args)
+
+        drawn = subtree(depths[1] + 1)
+        while drawn.nesting < depths[0]:
+            args = arguments(cfg.max_arguments - 1, depths[1])
+            args.insert(int(rng.integers(len(args))), drawn)
+            drawn = node(args)
+        return drawn
+
     def build(self):
         cfg = self.config
         rng = np.random.default_rng(cfg.data_seed)
@@ -172,6 +248,8 @@ class ListOpsTask(SequenceClassificationTask):
         return vocab, {k: self._encode(vocab, splits[k]) for k in order}
 
     def _sample(self, rng, depths, size, seen: set[str], distinct: bool):
+        if self.config.structure == "thesis_code":
+            return self._sample_thesis_code(rng, depths, size, seen, distinct)
         levels = list(range(depths[0], depths[1] + 1))
         examples = []
         for i, depth in enumerate(levels):
@@ -188,6 +266,34 @@ class ListOpsTask(SequenceClassificationTask):
                     seen.add(text)
                 examples.append((tree, depth))
                 got += 1
+        return examples
+
+    def _sample_thesis_code(self, rng, depths, size, seen: set[str], distinct: bool):
+        """Draws over the whole range, each filed under its dependency depth until every
+        depth's quota is full (the thesis code's rejection sampler)."""
+        levels = list(range(depths[0], depths[1] + 1))
+        quota = {depth: size // len(levels) + (i < size % len(levels))
+                 for i, depth in enumerate(levels)}
+        examples, tries, max_tries = [], 0, 1000 * size + 10_000
+        while any(quota.values()):
+            tries += 1
+            if tries > max_tries:
+                short = {d: q for d, q in quota.items() if q}
+                raise SglabError(
+                    f"listops (structure thesis_code): {max_tries} draws left depth quotas "
+                    f"unfilled ({short} examples missing); raise task.max_tokens, lower the "
+                    "depths or the split size")
+            drawn = self.thesis_code_draw(depths, rng)
+            tree, depth = drawn.tree, drawn.dependency
+            if not quota.get(depth) or drawn.n_tokens > self.config.max_tokens:
+                continue
+            text = " ".join(tokens(tree))
+            if text in seen:
+                continue
+            if distinct:
+                seen.add(text)
+            examples.append((tree, depth))
+            quota[depth] -= 1
         return examples
 
     def _encode(self, vocab, examples):
