@@ -309,8 +309,16 @@ def test_listops_draws_only_the_chosen_operators_and_labels_stay_correct():
         _task("listops", operators=("MIN", "DIV"))
 
 
+def _thesis_code_listops(**fields):
+    """A small ListOps task drawn by the thesis code's sampler (the draws below do not depend
+    on its split depths)."""
+    sizes = dict(train_size=30, iid_valid_size=10, ood_valid_size=10, test_size=10,
+                 train_depths=(1, 2), ood_valid_depths=(3, 3), test_depths=(4, 4))
+    return _task("listops", structure="thesis_code", **{**sizes, **fields})
+
+
 def test_listops_thesis_code_draws_carry_their_value_and_depths():
-    task = _task("listops", structure="thesis_code")
+    task = _thesis_code_listops()
     rng = np.random.default_rng(0)
     dependency = collections.Counter()
     for depths in ((1, 3), (5, 5)):
@@ -328,15 +336,17 @@ def test_listops_thesis_code_draws_carry_their_value_and_depths():
 
 def test_listops_thesis_code_wraps_the_tree_as_a_non_last_argument():
     # no sub-lists: the first tree is a digit, then every level wraps the one below it
-    task = _task("listops", structure="thesis_code", sublist_probability=0.0, max_arguments=4)
+    # (without sub-lists every tree is exactly as deep as its split's lowest depth)
+    task = _thesis_code_listops(sublist_probability=0.0, max_arguments=4, train_depths=(1, 1),
+                                ood_valid_depths=(2, 2), test_depths=(3, 3))
     rng = np.random.default_rng(1)
     positions, counts = collections.Counter(), collections.Counter()
     for _ in range(300):
         tree = task.thesis_code_draw((5, 5), rng).tree
-        for _level in range(5):
+        for level in range(5):
             op, args = tree
             deep = [i for i, a in enumerate(args) if not isinstance(a, int)]
-            assert len(deep) <= 1 and all(isinstance(a, int) for a in args if a is not None)
+            assert len(deep) == (level < 4)  # one list inside each list but the innermost
             counts[len(args)] += 1
             if deep:
                 positions[deep[0] == len(args) - 1] += 1
@@ -359,11 +369,9 @@ def test_listops_thesis_code_splits_fill_their_depth_quotas():
         assert int(data.lengths.max()) <= 52
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
     assert len(set(_texts(task, "ood_test"))) == 30
-    impossible = _task("listops", structure="thesis_code", train_size=30, iid_valid_size=10,
-                       ood_valid_size=10, test_size=10, train_depths=(1, 3),
-                       ood_valid_depths=(4, 4), test_depths=(5, 5), max_tokens=12)
+    # dependency depth 4 needs at least 13 tokens
     with pytest.raises(SglabError, match="unfilled.*max_tokens"):
-        impossible.split("ood_test")
+        _thesis_code_listops(max_tokens=12)
 
 
 def test_classification_tasks_need_a_classifier_model():
