@@ -408,7 +408,9 @@ class NDRListOps(DepthExperiment):
         # No model fits these depths at this budget (README, P9-P11, P25-P28). Without SM and
         # with 2-3 arguments (task.operators, task.max_arguments) every model learns, and the
         # NDR leads the transformers after 4k steps (21 min alone on a core) and is level with
-        # the LSTMs after 8k (P29-P34): no 30-minute preset passes yet
+        # the LSTMs after 8k (P29-P34); width, batch, 10x the data, the thesis code's trees
+        # (task.structure) and more test steps do not change that (P35-P42): no 30-minute
+        # preset passes yet
         "default": depth_task_preset(
             {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
              "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
