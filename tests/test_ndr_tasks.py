@@ -90,6 +90,27 @@ def test_ctl_fresh_batches_have_uniform_lengths_correct_labels_and_no_held_out_s
     assert fresh_singles == train_singles
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_ctl_fresh_one_length_batches_are_unpadded_uniform_and_correctly_labelled(direction):
+    task = _task("ctl", train_size=2000, direction=direction, train_sampling="uniform",
+                 batch_lengths="one")
+    generator = torch.Generator().manual_seed(0)
+    held, seen = set(_texts(task, "iid_valid")), collections.Counter()
+    for i in range(500):
+        batch = task.train_batch(8, generator, causal=False)
+        lengths = set(batch.key_padding_mask.sum(1).tolist())
+        assert len(lengths) == 1 and batch.input_ids.shape[1] == next(iter(lengths))  # no pad
+        length = lengths.pop()
+        seen[length - 3] += 1  # <B> symbol f1 .. fL <E>
+        if i < 20:
+            for row, target in zip(batch.input_ids, batch.targets[:, 0]):
+                assert tuple(row.tolist()) not in held
+                assert task.vocab.decode([int(target)]) == [_relabel(task, row, length)]
+    assert set(seen) == {1, 2, 3, 4, 5} and all(abs(c - 100) < 40 for c in seen.values())
+    with pytest.raises(SglabError, match="train_sampling=uniform"):
+        _task("ctl", train_size=2000, batch_lengths="one")
+
+
 def test_ctl_bucketed_batches_hold_one_length_in_proportion_to_the_training_set():
     task = _task("ctl", train_size=2000, train_sampling="bucketed")
     share = collections.Counter(task.split("train").groups["length"].tolist())

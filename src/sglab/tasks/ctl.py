@@ -71,6 +71,11 @@ class CTLConfig(ClassificationTaskConfig):
                                "sampler: same length mix, one length per batch). uniform: every "
                                "example draws its length uniformly from train_lengths and a fresh "
                                "random sequence of that length not held out for iid_valid.")
+    batch_lengths: Literal["mixed", "one"] = Field(
+        "mixed", description="With train_sampling=uniform: mixed: every example draws its own "
+                             "length; one: one length per batch, uniform over train_lengths "
+                             "(no padding). train_sampling=bucketed is the one-length sampler "
+                             "of the fixed set.")
 
     @model_validator(mode="after")
     def _check_lengths(self):
@@ -78,6 +83,9 @@ class CTLConfig(ClassificationTaskConfig):
                            self.test_lengths)
         if self.train_lengths[1] < 2:
             raise ValueError("train_lengths must include compositions (upper bound >= 2)")
+        if self.batch_lengths == "one" and self.train_sampling != "uniform":
+            raise ValueError("batch_lengths=one needs train_sampling=uniform (for one length per "
+                             "batch from the fixed training set use train_sampling=bucketed)")
         return self
 
     def evaluation_splits(self) -> list[str]:
@@ -156,12 +164,15 @@ class CTLTask(SequenceClassificationTask):
         return self._fresh_batch(batch_size, generator)
 
     def _fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """Lengths uniform over ``train_lengths``; each example a fresh random sequence of
-        its length (never one held out for iid_valid)."""
+        """Lengths uniform over ``train_lengths`` (``batch_lengths=one``: one draw for the
+        whole batch, which is then as wide as that length needs); each example a fresh random
+        sequence of its length (never one held out for iid_valid)."""
         cfg = self.config
         low, high = cfg.train_lengths
-        lengths = torch.randint(low, high + 1, (batch_size,), generator=generator)
-        width = high + (3 if cfg.boundary_tokens else 1)
+        one_length = cfg.batch_lengths == "one"
+        lengths = torch.randint(low, high + 1, (1 if one_length else batch_size,),
+                                generator=generator).expand(batch_size)
+        width = int(lengths.max()) + (3 if cfg.boundary_tokens else 1)
         tokens = torch.zeros(batch_size, width, dtype=torch.long)
         labels = torch.zeros(batch_size, dtype=torch.long)
         for length in torch.unique(lengths).tolist():
