@@ -73,7 +73,7 @@ class CTLPPStaged(Experiment):
                                  d_ff=128, heads=4, lstm_units=64, steps=4000, batch=64,
                                  lstm_batch=128, lr=2e-3, lstm_lr=2e-3, dropout=0.0,
                                  eval_every=1000, lengths="uniform", train_size=20_000,
-                                 only=("bilstm",)),
+                                 only=("bilstm",), batch_lengths="one"),
         # the authors' sweeps (fit_parallel_branches_2stage_overlap_*): |G_o| 4, 8, 12, 16,
         # shared symbols 2-6, 5 seeds a cell, App. E.1.2 training (NDR and Bi-LSTM 80k
         # steps, Transformer 300k; the NDR as in `ctlpp` paper); the Bi-LSTM of these
