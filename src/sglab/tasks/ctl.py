@@ -172,7 +172,7 @@ class CTLTask(SequenceClassificationTask):
         one_length = cfg.batch_lengths == "one"
         lengths = torch.randint(low, high + 1, (1 if one_length else batch_size,),
                                 generator=generator).expand(batch_size)
-        width = int(lengths.max()) + (3 if cfg.boundary_tokens else 1)
+        width = (int(lengths[0]) if one_length else high) + (3 if cfg.boundary_tokens else 1)
         tokens = torch.zeros(batch_size, width, dtype=torch.long)
         labels = torch.zeros(batch_size, dtype=torch.long)
         for length in torch.unique(lengths).tolist():
