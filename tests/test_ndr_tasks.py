@@ -288,15 +288,22 @@ def test_listops_values_and_dependency_depth_on_hand_built_trees():
     assert tokens(("MED", (4, ("MAX", (8, 4))))) == ["[MED", "4", "[MAX", "8", "4", "]", "]"]
 
 
-def test_listops_splits_have_the_requested_dependency_depths():
-    task = _task("listops", train_size=600, iid_valid_size=100, ood_valid_size=60, test_size=60)
-    for split, (low, high) in (("train", (1, 5)), ("ood_valid", (6, 6)), ("ood_test", (7, 8))):
+def _assert_listops_splits_balanced(task, spans):
+    """Each split holds every dependency depth of its span, in equal shares, within the token
+    limit; no IID-validation expression trains."""
+    for split, (low, high) in spans:
         data = task.split(split)
         depths = collections.Counter(data.groups["depth"].tolist())
         assert set(depths) == set(range(low, high + 1))
         assert max(depths.values()) - min(depths.values()) <= 1
         assert int(data.lengths.max()) <= 52
     assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+
+
+def test_listops_splits_have_the_requested_dependency_depths():
+    task = _task("listops", train_size=600, iid_valid_size=100, ood_valid_size=60, test_size=60)
+    _assert_listops_splits_balanced(task, (("train", (1, 5)), ("ood_valid", (6, 6)),
+                                           ("ood_test", (7, 8))))
 
 
 def test_listops_draws_only_the_chosen_operators_and_labels_stay_correct():
@@ -381,14 +388,8 @@ def test_listops_thesis_code_splits_fill_their_depth_quotas():
                  ood_valid_size=30, test_size=30, train_depths=(1, 3), ood_valid_depths=(4, 4),
                  test_depths=(5, 5), max_arguments=3, max_tokens=50,
                  operators=("MIN", "MAX", "MED"))
-    for split, (low, high) in (("train", (1, 3)), ("iid_valid", (1, 3)), ("ood_valid", (4, 4)),
-                               ("ood_test", (5, 5))):
-        data = task.split(split)
-        depths = collections.Counter(data.groups["depth"].tolist())
-        assert set(depths) == set(range(low, high + 1))
-        assert max(depths.values()) - min(depths.values()) <= 1
-        assert int(data.lengths.max()) <= 52
-    assert not set(_texts(task, "iid_valid")) & set(_texts(task, "train"))
+    _assert_listops_splits_balanced(task, (("train", (1, 3)), ("iid_valid", (1, 3)),
+                                           ("ood_valid", (4, 4)), ("ood_test", (5, 5))))
     assert len(set(_texts(task, "ood_test"))) == 30
     # dependency depth 4 needs at least 13 tokens
     with pytest.raises(SglabError, match="unfilled.*max_tokens"):

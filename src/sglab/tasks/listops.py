@@ -248,52 +248,47 @@ class ListOpsTask(SequenceClassificationTask):
         return vocab, {k: self._encode(vocab, splits[k]) for k in order}
 
     def _sample(self, rng, depths, size, seen: set[str], distinct: bool):
-        if self.config.structure == "thesis_code":
-            return self._sample_thesis_code(rng, depths, size, seen, distinct)
+        """Balanced over dependency depth. ``chain``: each depth drawn on its own;
+        ``thesis_code``: draws over the whole range, each filed under its dependency depth
+        until every quota is full (the thesis code's rejection sampler). ``distinct``: no
+        repeats, recorded in ``seen``; otherwise expressions in ``seen`` are skipped."""
+        cfg = self.config
         levels = list(range(depths[0], depths[1] + 1))
+        quota = {depth: size // len(levels) + (i < size % len(levels))
+                 for i, depth in enumerate(levels)}
+
+        def thesis_code() -> tuple[Tree, int] | None:
+            drawn = self.thesis_code_draw(depths, rng)
+            return None if drawn.n_tokens > cfg.max_tokens else (drawn.tree, drawn.dependency)
+
+        def chain(depth: int) -> tuple[Tree, int] | None:
+            tree = self.generate(depth, rng, cfg.max_tokens)
+            return None if tree is None else (tree, depth)
+
+        draws = ([(levels, thesis_code, 1000 * size + 10_000)] if cfg.structure == "thesis_code"
+                 else [([depth], lambda depth=depth: chain(depth), None) for depth in levels])
         examples = []
-        for i, depth in enumerate(levels):
-            want = size // len(levels) + (i < size % len(levels))
-            got = 0
-            while got < want:
-                tree = self.generate(depth, rng, self.config.max_tokens)
-                if tree is None:
+        for wanted, draw, max_tries in draws:
+            tries = 0
+            while any(quota[depth] for depth in wanted):
+                tries += 1
+                if max_tries is not None and tries > max_tries:
+                    short = {d: q for d, q in quota.items() if q}
+                    raise SglabError(
+                        f"listops (structure {cfg.structure}): {max_tries} draws left depth "
+                        f"quotas unfilled ({short} examples missing); raise task.max_tokens, "
+                        "lower the depths or the split size")
+                found = draw()
+                if found is None or not quota.get(found[1]):
                     continue
+                tree, depth = found
                 text = " ".join(tokens(tree))
                 if text in seen:
                     continue
                 if distinct:
                     seen.add(text)
                 examples.append((tree, depth))
-                got += 1
-        return examples
-
-    def _sample_thesis_code(self, rng, depths, size, seen: set[str], distinct: bool):
-        """Draws over the whole range, each filed under its dependency depth until every
-        depth's quota is full (the thesis code's rejection sampler)."""
-        levels = list(range(depths[0], depths[1] + 1))
-        quota = {depth: size // len(levels) + (i < size % len(levels))
-                 for i, depth in enumerate(levels)}
-        examples, tries, max_tries = [], 0, 1000 * size + 10_000
-        while any(quota.values()):
-            tries += 1
-            if tries > max_tries:
-                short = {d: q for d, q in quota.items() if q}
-                raise SglabError(
-                    f"listops (structure thesis_code): {max_tries} draws left depth quotas "
-                    f"unfilled ({short} examples missing); raise task.max_tokens, lower the "
-                    "depths or the split size")
-            drawn = self.thesis_code_draw(depths, rng)
-            tree, depth = drawn.tree, drawn.dependency
-            if not quota.get(depth) or drawn.n_tokens > self.config.max_tokens:
-                continue
-            text = " ".join(tokens(tree))
-            if text in seen:
-                continue
-            if distinct:
-                seen.add(text)
-            examples.append((tree, depth))
-            quota[depth] -= 1
+                quota[depth] -= 1
         return examples
 
     def _encode(self, vocab, examples):
