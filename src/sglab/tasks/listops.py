@@ -80,41 +80,48 @@ class ListOpsConfig(ClassificationTaskConfig):
         return ["iid_valid", "ood_valid", "ood_test"]
 
 
+def apply_operator(op: str, values: list[int]) -> tuple[int, list[int] | None]:
+    """(result, the argument values that hold it) of ``[op *values]``; None for SM, which
+    needs every argument. MED of an even count: the floor of the mean of the two middle
+    values, both needed."""
+    values = sorted(values)
+    if op == "SM":
+        return sum(values) % 10, None
+    if op == "MIN":
+        return values[0], [values[0]]
+    if op == "MAX":
+        return values[-1], [values[-1]]
+    n = len(values)
+    wanted = [values[n // 2]] if n % 2 else [values[n // 2 - 1], values[n // 2]]
+    return sum(wanted) // len(wanted), wanted
+
+
+def holders(values: list[int], depths: list[int], wanted: list[int]) -> list[int]:
+    """Indices of the arguments holding the ``wanted`` values, the shallowest among equals."""
+    pool, chosen = sorted(range(len(values)), key=depths.__getitem__), []
+    for v in wanted:
+        pick = next(i for i in pool if values[i] == v)
+        pool.remove(pick)
+        chosen.append(pick)
+    return chosen
+
+
 @lru_cache(maxsize=1 << 16)
 def value(tree: Tree) -> int:
     if isinstance(tree, int):
         return tree
     op, args = tree
-    values = sorted(value(a) for a in args)
-    if op == "MIN":
-        return values[0]
-    if op == "MAX":
-        return values[-1]
-    if op == "SM":
-        return sum(values) % 10
-    n = len(values)
-    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) // 2
+    return apply_operator(op, [value(a) for a in args])[0]
 
 
 def selected_arguments(tree: Tree) -> list[Tree]:
     """The arguments an operator needs: its result's holder(s), shallowest among equals."""
     op, args = tree
-    if op == "SM":
+    values = [value(a) for a in args]
+    wanted = apply_operator(op, values)[1]
+    if wanted is None:
         return list(args)
-    values = sorted(value(a) for a in args)
-    if op == "MIN":
-        wanted = [values[0]]
-    elif op == "MAX":
-        wanted = [values[-1]]
-    else:
-        n = len(values)
-        wanted = [values[n // 2]] if n % 2 else [values[n // 2 - 1], values[n // 2]]
-    chosen, pool = [], sorted(args, key=dependency_depth)
-    for v in wanted:
-        pick = next(a for a in pool if value(a) == v)
-        pool.remove(pick)
-        chosen.append(pick)
-    return chosen
+    return [args[i] for i in holders(values, [dependency_depth(a) for a in args], wanted)]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -138,27 +145,12 @@ class Drawn(NamedTuple):
     def combine(op: str, args: list[Drawn]) -> Drawn:
         """The list ``[op *args]``; its selected arguments as ``selected_arguments`` picks
         them (the holders of the result, shallowest among equal values)."""
-        values = sorted(a.value for a in args)
-        n = len(values)
-        if op == "SM":
-            result, wanted = sum(values) % 10, None
-        elif op == "MIN":
-            result, wanted = values[0], [values[0]]
-        elif op == "MAX":
-            result, wanted = values[-1], [values[-1]]
-        else:
-            wanted = [values[n // 2]] if n % 2 else [values[n // 2 - 1], values[n // 2]]
-            result = sum(wanted) // len(wanted)
-        if wanted is None:
-            needed = max(a.dependency for a in args)
-        else:
-            pool = sorted((a.dependency, a.value) for a in args)
-            needed = 0
-            for v in wanted:
-                pick = next(p for p in pool if p[1] == v)
-                pool.remove(pick)
-                needed = max(needed, pick[0])
-        return Drawn((op, tuple(a.tree for a in args)), result, 1 + needed,
+        values = [a.value for a in args]
+        result, wanted = apply_operator(op, values)
+        needed = (args if wanted is None else
+                  [args[i] for i in holders(values, [a.dependency for a in args], wanted)])
+        return Drawn((op, tuple(a.tree for a in args)), result,
+                     1 + max(a.dependency for a in needed),
                      2 + sum(a.n_tokens for a in args), 1 + max(a.nesting for a in args))
 
 
