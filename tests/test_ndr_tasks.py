@@ -127,6 +127,34 @@ def test_ctl_bucketed_batches_hold_one_length_in_proportion_to_the_training_set(
         assert abs(seen[length] / 600 - share[length] / total) < 0.04
 
 
+@pytest.mark.parametrize("name", ["listops", "arithmetic"])
+def test_depth_tasks_bucketed_batches_are_training_rows_of_one_length_in_proportion(name):
+    fields = {"train_size": 1500, "iid_valid_size": 50, "ood_valid_size": 50, "test_size": 50,
+              "structure": "thesis_code", "train_depths": (1, 3), "ood_valid_depths": (4, 4),
+              "test_depths": (5, 5)}
+    if name == "listops":
+        fields.update(max_arguments=3, operators=("MIN", "MAX", "MED"))
+    task = _task(name, **fields, train_sampling="bucketed")
+    train = task.split("train")
+    rows = {(tuple(train.tokens[i, : train.lengths[i]].tolist()), int(train.labels[i]))
+            for i in range(len(train))}
+    share = collections.Counter(train.lengths.tolist())
+    generator = torch.Generator().manual_seed(0)
+    seen = collections.Counter()
+    for _ in range(800):
+        batch = task.train_batch(8, generator, causal=False)
+        assert bool(batch.key_padding_mask.all())  # one length, so no padding
+        seen[batch.input_ids.shape[1]] += 1
+        for row, target in zip(batch.input_ids, batch.targets[:, 0]):
+            assert (tuple(row.tolist()), int(target)) in rows  # labels travel with their rows
+    assert len(share) >= 5
+    for length, count in share.items():  # within 4 standard errors of the training share
+        expected = count / len(train)
+        assert abs(seen[length] / 800 - expected) < 4 * (expected * (1 - expected) / 800) ** 0.5
+    mixed = _task(name, **fields).train_batch(64, torch.Generator().manual_seed(0), causal=False)
+    assert len(set(mixed.key_padding_mask.sum(1).tolist())) > 1  # the default mixes lengths
+
+
 def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_deterministic():
     forward, backward = _task("ctl", train_size=500), _task("ctl", train_size=500,
                                                             direction="backward")

@@ -45,6 +45,7 @@ from sglab.tasks.base import (
     Vocabulary,
     check_split_ranges,
     encode_examples,
+    train_sampling_field,
 )
 
 
@@ -73,6 +74,7 @@ class ArithmeticConfig(ClassificationTaskConfig):
         None, ge=0, le=1, description="subtree_probability of the evaluation splits (the thesis "
                                       "code: 0.3); none: the same as training.")
     boundary_tokens: bool = True
+    train_sampling: Literal["dataset", "bucketed"] = train_sampling_field()
 
     @model_validator(mode="after")
     def _check(self):

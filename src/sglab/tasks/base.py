@@ -392,6 +392,16 @@ class ClassificationTaskConfig(TaskConfig):
                     "saturates a tanh update in the first steps (README, NDR section).")
 
 
+def train_sampling_field():
+    """``train_sampling`` of a task with a fixed training set of mixed input lengths."""
+    return Field("dataset", description=(
+        "How training batches are drawn. dataset: uniform draws from the fixed training set, "
+        "lengths mixed within a batch (padded to the longest). bucketed: every batch holds one "
+        "input length, picked in proportion to its share of the training set (the thesis "
+        "code's length_bucketed_sampling, which its ListOps and arithmetic sweeps set: the same "
+        "examples, no padding, so a step costs less)."))
+
+
 class SequenceClassificationTask(GeneratedSplitsTask):
     """One label per input sequence (CTL, arithmetic, ListOps).
 
@@ -424,17 +434,21 @@ class SequenceClassificationTask(GeneratedSplitsTask):
                              "model.attention_mask=bidirectional")
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+        """Uniform draws from the training set, or with ``train_sampling=bucketed`` (a task
+        config that has the field) one input length per batch."""
+        if getattr(self.config, "train_sampling", "dataset") == "bucketed":
+            return self.length_bucketed_batch(batch_size, generator)
         train = self.splits["train"]
         index = torch.randint(len(train), (batch_size,), generator=generator)
         return train.subset(index).batch()
 
     def length_bucketed_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """One length (``groups["length"]``) per batch, drawn in proportion to the training
-        set, the examples uniform within it (the thesis code's length-bucketed sampler:
-        examples sorted by length, cut into batches, the batches shuffled). No padding."""
+        """One input length (in tokens) per batch, drawn in proportion to the training set,
+        the examples uniform within it (the thesis code's length-bucketed sampler: examples
+        sorted by length, cut into batches, the batches shuffled). No padding."""
         train = self.splits["train"]
         if not hasattr(self, "_by_length"):
-            lengths = train.groups["length"]
+            lengths = train.lengths
             self._by_length = [torch.nonzero(lengths == k).flatten()
                                for k in torch.unique(lengths).tolist()]
         counts = torch.tensor([len(group) for group in self._by_length], dtype=torch.float)

@@ -38,6 +38,7 @@ from sglab.tasks.base import (
     Vocabulary,
     check_split_ranges,
     encode_examples,
+    train_sampling_field,
 )
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
@@ -59,6 +60,7 @@ class ListOpsConfig(ClassificationTaskConfig):
     sublist_probability: float = Field(0.3, ge=0, le=1, description="Chance an extra argument is a list.")
     max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
     boundary_tokens: bool = True
+    train_sampling: Literal["dataset", "bucketed"] = train_sampling_field()
     structure: Literal["chain", "thesis_code"] = Field(
         "chain", description="chain: one selected argument per level with small side lists; "
                              "thesis_code: the thesis code's random trees, filed by dependency "
