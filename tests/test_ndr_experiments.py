@@ -112,12 +112,18 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
     assert {k: runs[k].model.readout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {
         "transformer": "first", "rel": "first", "abs_rel_gate": "last", "ndr": "last"}
     assert {runs[k].model.dropout for k in ("transformer", "rel", "abs_rel_gate", "ndr")} == {0.5}
+    # one input length per batch in the code's transformer sweeps, mixed in its RNN sweep
+    assert {k: runs[k].task.train_sampling for k in runs} == {
+        "transformer": "bucketed", "rel": "bucketed", "abs_rel_gate": "bucketed",
+        "ndr": "bucketed", "lstm": "dataset", "bilstm": "dataset"}
+    assert runs["lstm"].task.boundary_tokens is False
     listops = registry.experiment("ndr-listops")
     params = listops.preset("paper")
     runs = {arm.labels["variant"]: config for arm, config
             in zip(listops.arms(params), listops.configs(params, []))}
     assert runs["ndr"].model.d_ff == 2 * runs["ndr"].model.d_model
     assert (runs["ndr"].train.weight_decay, runs["rel"].train.weight_decay) == (0.09, 0.05)
+    assert {config.task.train_sampling for config in runs.values()} == {"bucketed"}
 
 
 def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():

@@ -368,10 +368,12 @@ class NDRArithmetic(DepthExperiment):
         # attention dropout 0.1, the gate-less transformers read the first column (the
         # code's default), the gated ones the last; the thesis code's sampler (100k
         # expressions of depths 2-5 plus the 200 of depth 1; evaluation splits with
-        # subtree probability 0.3)
+        # subtree probability 0.3); one input length per batch, as every transformer sweep
+        # of the code (length_bucketed_sampling; its RNN sweep mixes lengths)
         "paper": depth_task_preset(
             {"name": "arithmetic", "train_size": 100_200, "structure": "thesis_code",
-             "eval_subtree_probability": 0.3, "scored_classes": "labels"},
+             "eval_subtree_probability": 0.3, "scored_classes": "labels",
+             "train_sampling": "bucketed"}, lstm_task={"train_sampling": "dataset"},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=128, n_heads=4, n_layers=11, gated_d_model=256, gated_heads=4,
             gated_layers=15, lstm_d_model=200, lstm_layers=2, batch=512, lr=1.5e-4,
@@ -424,9 +426,11 @@ class NDRListOps(DepthExperiment):
         # thesis Table D.5 (gated: 20 steps, 24 at test; baselines 200k steps) and the thesis
         # code's sweeps (sweeps/transformer_control_flow/listops_big_*.yaml): gated models'
         # data FFN 2 d wide, weight decay 0.09; baselines dropout 0.015, weight decay 0.05;
-        # LSTMs weight decay 0.08
+        # LSTMs weight decay 0.08; one input length per batch for every model
+        # (length_bucketed_sampling in each ListOps sweep)
         "paper": depth_task_preset(
-            {"name": "listops", "train_size": 1_000_000, "scored_classes": "labels"},
+            {"name": "listops", "train_size": 1_000_000, "scored_classes": "labels",
+             "train_sampling": "bucketed"},
             steps=200_000, gated_steps=100_000, lstm_steps=200_000, seeds=[0, 1, 2, 3, 4],
             d_model=256, n_heads=16, n_layers=6, gated_d_model=512, gated_heads=16,
             gated_layers=20, lstm_d_model=512, lstm_layers=4, batch=512, lr=4e-4, gated_lr=2e-4,

@@ -189,13 +189,15 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                       gated_ff_multiplier: int = 4, weight_decay: float = 0.0025,
                       gated_weight_decay: float = 0.01, lstm_weight_decay: float = 0.0,
                       gated_batch: int | None = None, ndr_model: dict[str, Any] | None = None,
+                      lstm_task: dict[str, Any] | None = None,
                       quiet: bool = True) -> dict[str, Any]:
     """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: the
     gated transformers' (and the others' unless ``baseline_dropout``); attention dropout
     0.1; ``baseline_readout``: the gate-less transformers' readout column where it differs
     from the gated models' ``readout``; ``weight_decay``: the gate-less transformers';
     ``gated_batch``: the gated transformers' batch size where it differs from ``batch``;
-    ``ndr_model``: model fields of the NDR alone (e.g. its FFN, as ``ctl_preset``'s)."""
+    ``ndr_model``: model fields of the NDR alone (e.g. its FFN, as ``ctl_preset``'s);
+    ``lstm_task``: task fields of the LSTMs alone (they never see the <B>/<E> frame)."""
     models = transformer_variants(
         d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model,
         dropout=dropout if baseline_dropout is None else baseline_dropout,
@@ -216,7 +218,7 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
     for key, spec in lstm_variants(lstm_d_model, lstm_layers, dropout=0.1).items():
         variants[key] = {"model": spec, "train": {"steps": lstm_steps, "lr": 1e-3,
                                                   "weight_decay": lstm_weight_decay},
-                         "extra": {"task": {"boundary_tokens": False}}}
+                         "extra": {"task": {"boundary_tokens": False, **(lstm_task or {})}}}
     return {
         "task": task,
         "train": train_section(steps, batch, lr, weight_decay, 1.0, eval_every, threads=1,
