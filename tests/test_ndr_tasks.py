@@ -153,6 +153,8 @@ def test_depth_tasks_bucketed_batches_are_training_rows_of_one_length_in_proport
         assert abs(seen[length] / 800 - expected) < 4 * (expected * (1 - expected) / 800) ** 0.5
     mixed = _task(name, **fields).train_batch(64, torch.Generator().manual_seed(0), causal=False)
     assert len(set(mixed.key_padding_mask.sum(1).tolist())) > 1  # the default mixes lengths
+    with pytest.raises(SglabError, match="train_sampling.*'dataset' or 'bucketed'"):
+        _task(name, train_sampling="uniform")  # CTL's fresh sampler has no counterpart here
 
 
 def test_ctl_backward_is_the_same_expression_reversed_and_generation_is_deterministic():
