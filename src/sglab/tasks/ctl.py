@@ -156,12 +156,9 @@ class CTLTask(SequenceClassificationTask):
 
     # ------------------------------------------------------------------ training batches
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
-        sampling = self.config.train_sampling
-        if sampling == "dataset":
-            return super().train_batch(batch_size, generator, causal)
-        if sampling == "bucketed":
-            return self.length_bucketed_batch(batch_size, generator)
-        return self._fresh_batch(batch_size, generator)
+        if self.config.train_sampling == "uniform":
+            return self._fresh_batch(batch_size, generator)
+        return super().train_batch(batch_size, generator, causal)  # dataset, bucketed
 
     def _fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """Lengths uniform over ``train_lengths`` (``batch_lengths=one``: one draw for the
