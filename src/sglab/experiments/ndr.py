@@ -413,11 +413,12 @@ class NDRListOps(DepthExperiment):
         # the LSTMs after 8k (P29-P34); width, batch, 10x the data, the thesis code's trees
         # (task.structure) and more test steps, one at a time, do not change that (P35-P42).
         # The thesis code's trees with 300k lists and 10k steps do: the NDR leads the LSTM on
-        # the test depth, as in the authors' own code (P45/P46, C4/C5), but that NDR run alone
-        # takes about an hour on a core (2.8 steps/s), so no 30-minute preset passes yet. One length per
-        # batch (task.train_sampling=bucketed, the code's sampler) makes its steps 1.8x
-        # cheaper, but with it the NDR learned more slowly per step (P47: test 0.526 at the
-        # selected step against P45's 0.624), so the time to the lead did not shrink
+        # the test depth, as in the authors' own code (P45/P46, C4/C5; over two seeds with
+        # P50/P51 by 0.105 after 10k steps, level before 7.5k), but that NDR run alone takes
+        # about an hour on a core (2.8 steps/s), so no 30-minute preset passes yet. One
+        # length per batch (task.train_sampling=bucketed, the code's sampler) makes its steps
+        # 1.8x cheaper, but with it the NDR learned more slowly per step (P47: test 0.526 at
+        # the selected step against P45's 0.624), so the time to the lead did not shrink
         "default": depth_task_preset(
             {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
              "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
