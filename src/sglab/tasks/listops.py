@@ -144,6 +144,10 @@ class Drawn(NamedTuple):
     nesting: int  # nesting_depth(tree)
 
     @staticmethod
+    def digit(digit: int) -> Drawn:
+        return Drawn(digit, digit, 0, 1, 0)
+
+    @staticmethod
     def combine(op: str, args: list[Drawn]) -> Drawn:
         """The list ``[op *args]``; its selected arguments as ``selected_arguments`` picks
         them (the holders of the result, shallowest among equal values)."""
@@ -173,16 +177,17 @@ class ListOpsTask(SequenceClassificationTask):
     config: ListOpsConfig
     eval_splits = ["iid_valid", "ood_valid", "ood_test"]
 
-    def generate(self, depth: int, rng: np.random.Generator, budget: int) -> Tree | None:
+    def generate(self, depth: int, rng: np.random.Generator, budget: int) -> Drawn | None:
         """A tree of dependency depth exactly ``depth`` with at most ``budget`` tokens, or None.
 
         One argument is a tree of depth ``depth - 1``; the operator and the other arguments
         (digits, or with probability ``sublist_probability`` small lists of depth 1-2) are
-        redrawn until that argument is selected.
+        redrawn until that argument is selected. Token count and dependency depth come
+        bottom-up with each tree (:class:`Drawn`), not recomputed from the whole tree.
         """
         cfg = self.config
         if depth == 0:
-            return int(rng.integers(10))
+            return Drawn.digit(int(rng.integers(10)))
         deep = self.generate(depth - 1, rng, budget - 3)
         if deep is None:
             return None
@@ -191,13 +196,13 @@ class ListOpsTask(SequenceClassificationTask):
             op = cfg.operators[int(rng.integers(len(cfg.operators)))]
             args = [self.generate(int(rng.integers(1, min(depth - 1, 2) + 1)), rng, 12)
                     if depth > 1 and rng.random() < cfg.sublist_probability
-                    else int(rng.integers(10)) for _ in range(n_args - 1)]
+                    else Drawn.digit(int(rng.integers(10))) for _ in range(n_args - 1)]
             if any(a is None for a in args):
                 continue
             args.insert(int(rng.integers(n_args)), deep)
-            tree = (op, tuple(args))
-            if len(tokens(tree)) <= budget and dependency_depth(tree) == depth:
-                return tree
+            drawn = Drawn.combine(op, args)
+            if drawn.n_tokens <= budget and drawn.dependency == depth:
+                return drawn
         return None
 
     def thesis_code_draw(self, depths: tuple[int, int], rng: np.random.Generator) -> Drawn:
@@ -214,8 +219,7 @@ class ListOpsTask(SequenceClassificationTask):
 
         def subtree(levels: int) -> Drawn:
             if levels == 1 or rng.random() > cfg.sublist_probability:
-                digit = int(rng.integers(10))
-                return Drawn(digit, digit, 0, 1, 0)
+                return Drawn.digit(int(rng.integers(10)))
             return node(arguments(cfg.max_arguments, levels - 1))
 
         def node(args: list[Drawn]) -> Drawn:
@@ -256,8 +260,8 @@ class ListOpsTask(SequenceClassificationTask):
             return None if drawn.n_tokens > cfg.max_tokens else (drawn.tree, drawn.dependency)
 
         def chain(depth: int) -> tuple[Tree, int] | None:
-            tree = self.generate(depth, rng, cfg.max_tokens)
-            return None if tree is None else (tree, depth)
+            drawn = self.generate(depth, rng, cfg.max_tokens)
+            return None if drawn is None else (drawn.tree, depth)
 
         draws = ([(levels, thesis_code, 1000 * size + 10_000)] if cfg.structure == "thesis_code"
                  else [([depth], lambda depth=depth: chain(depth), None) for depth in levels])
