@@ -1,3 +1,4 @@
+import os
 import textwrap
 
 import pytest
@@ -6,6 +7,9 @@ import torch
 from sglab.config import build_run_config
 from sglab.models import build_model
 from sglab.tasks import build_task
+
+# no test writes to the user's data cache; tests of the cache point it at a temp dir
+os.environ["SGLAB_DATA_CACHE"] = "off"
 
 
 @pytest.fixture(autouse=True)

@@ -298,6 +298,51 @@ def data_export(
         _out(f"{file}: {len(examples)} examples ({name})")
 
 
+@data_app.command("build")
+def data_build(
+    spec: Annotated[str, typer.Argument(help="EXPERIMENT:PRESET, e.g. ndr-listops:paper.")],
+    seeds: Annotated[int | None, typer.Option(help="Override the preset's number of seeds.")] = None,
+    set_: Sets = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Change one of the preset's own parameters, as for `sglab run`.")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Build this many task configs at once.")] = 1,
+):
+    """Build the task data of an experiment preset's runs into the data cache, once per
+    distinct task config, so that every run and worker loads it instead of building it
+    (staged experiments: the first stage's runs)."""
+    from sglab import registry
+    from sglab.experiments.base import first_stage_configs
+    from sglab.tasks.cache import fill_cache
+
+    name, _, preset = spec.partition(":")
+    if not preset:
+        raise SglabError(f"{spec!r}: give EXPERIMENT:PRESET, e.g. ndr-listops:paper")
+    configs = first_stage_configs(registry.experiment(name), preset, seeds, list(param or []),
+                                  list(set_ or []))
+    fill_cache([config.task for config in configs], workers=workers, printer=_out)
+
+
+@data_app.command("cache")
+def data_cache(clear: Annotated[bool, typer.Option(help="Delete the cached files.")] = False):
+    """Show where generated task data is cached (SGLAB_DATA_CACHE; `off` disables it),
+    its files and their size; --clear deletes them."""
+    from sglab.tasks.cache import cache_dir, cache_files
+
+    directory = cache_dir()
+    if directory is None:
+        _out("data cache: off (SGLAB_DATA_CACHE=off)")
+        return
+    files = cache_files(directory)
+    size = sum(f.stat().st_size for f in files)
+    _out(f"data cache {directory}: {len(files)} file(s), {size / 1e6:.1f} MB")
+    for file in files:
+        _out(f"  {file.name}  {file.stat().st_size / 1e6:.1f} MB")
+    if clear:
+        for file in files:
+            file.unlink(missing_ok=True)
+        _out(f"deleted {len(files)} file(s)")
+
+
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of type ``kind`` in ``exc``'s chain of causes and contexts."""
     seen: set[int] = set()

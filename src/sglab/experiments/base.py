@@ -108,6 +108,20 @@ def set_preset_param(params: dict[str, Any], text: str, where: str) -> None:
         node = node[key]
 
 
+def first_stage_configs(experiment: Experiment, preset: str, seeds: int | None = None,
+                        params: list[str] | None = None,
+                        overrides: list[str] | None = None) -> list[RunConfig]:
+    """The run configs of the preset's first stage: every run of a one-stage experiment;
+    the base runs of a staged one (later stages depend on the runs before them)."""
+    params, overrides = experiment.settings(experiment.preset(preset, seeds, params),
+                                            list(overrides or []))
+    stages = experiment.stages(params)
+    if not stages:
+        return []
+    return build_arm_configs(experiment.name, stages[0](finished_runs([], [], [], Path("."))),
+                             overrides)
+
+
 def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
                    runs_dir: str | Path, workers: int | None = None, threads: int | None = None,
                    seeds: int | None = None, overrides: list[str] | None = None,

@@ -24,6 +24,7 @@ from pydantic import Field
 from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
+from sglab.tasks.cache import build_with_cache
 
 IGNORE = -100  # target value that the loss and the scorer skip
 
@@ -248,13 +249,15 @@ class SplitsTask(Task):
 
 
 class GeneratedSplitsTask(SplitsTask):
-    """Builds its vocabulary and right-padded splits (with ``lengths``) once, from the config."""
+    """Builds its vocabulary and right-padded splits (with ``lengths``) once, from the config
+    (through the data cache, :mod:`sglab.tasks.cache`: a slow build is saved and reused).
+    ``data_note`` says where the data came from when the cache was involved."""
 
     eval_splits: list[str] = ["ood_test"]
 
     def __init__(self, config: TaskConfig):
         self.config = config
-        self.vocab, self.splits = self.build()
+        self.data_note = build_with_cache(self)
 
     @abstractmethod
     def build(self) -> tuple[Vocabulary, dict]:

@@ -321,6 +321,8 @@ class Trainer:
         if task_key not in tasks:
             tasks[task_key] = build_task(config.task)
             tasks[task_key].check_model(config.model.network_config(self.runs_dir))
+            if getattr(tasks[task_key], "data_note", None):
+                self.print(f"[{self.run_id}] {tasks[task_key].data_note}")
         task = tasks[task_key]
         self.select_on = selection_split(config, task)
         torch.manual_seed(config.seed)

@@ -1,0 +1,198 @@
+"""A disk cache of generated task data.
+
+Every :class:`~sglab.tasks.base.GeneratedSplitsTask` builds its vocabulary and splits
+from its task config alone, by rules and a seeded generator. Small builds take a second;
+big ones take minutes (a million ListOps lists). A build that takes at least
+:data:`MIN_SECONDS` is saved (the vocabulary, the splits and every attribute the build
+sets on the task), and any later build of the same config, in any process (the next arm
+of a sweep, a resumed run, an analysis), loads it instead.
+
+The key is a hash of the task config and of the source of the ``sglab.tasks`` package,
+so editing a generator never serves data it would no longer make. Files are written
+atomically; an unreadable file is rebuilt and replaced. Integer tensors are stored in the
+narrowest integer type that holds their values and come back as ``int64``, equal to the
+built ones element for element.
+
+``SGLAB_DATA_CACHE`` sets the directory (default: ``$XDG_CACHE_HOME/sglab/data``, or
+``~/.cache/sglab/data``); ``off`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import os
+import time
+import warnings
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sglab.errors import SglabError
+from sglab.io import atomic_write_bytes
+
+ENV = "SGLAB_DATA_CACHE"
+MIN_SECONDS = 5.0  # builds faster than this are not worth a file
+FORMAT = 1
+
+
+def cache_dir() -> Path | None:
+    """The cache directory, or None when ``SGLAB_DATA_CACHE=off``."""
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in ("off", "0", "false", "no"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "sglab" / "data"
+
+
+@lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """Hash of every module of ``sglab.tasks``: the code that generates the data."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_path(config, directory: Path) -> Path:
+    """Where the data of task ``config`` (a pydantic ``TaskConfig``) is cached."""
+    digest = hashlib.sha256()
+    digest.update(config.model_dump_json().encode())
+    digest.update(source_fingerprint().encode())
+    return directory / f"{config.name}-{digest.hexdigest()[:20]}.pt"
+
+
+@dataclasses.dataclass
+class _Narrowed:
+    """An int64 tensor stored in a narrower integer type."""
+
+    tensor: torch.Tensor
+
+
+def _narrow(value: Any) -> Any:
+    """``value`` with every int64 tensor inside (dataclass fields, dicts, lists, tuples)
+    replaced by a :class:`_Narrowed` in the narrowest type that holds its values."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype != torch.int64 or value.numel() == 0:
+            return value
+        low, high = int(value.min()), int(value.max())
+        for dtype in (torch.int8, torch.int16, torch.int32):
+            info = torch.iinfo(dtype)
+            if info.min <= low and high <= info.max:
+                return _Narrowed(value.to(dtype))
+        return value
+    return _map(value, _narrow)
+
+
+def _widen(value: Any) -> Any:
+    """Inverse of :func:`_narrow`."""
+    if isinstance(value, _Narrowed):
+        return value.tensor.to(torch.int64)
+    if isinstance(value, torch.Tensor):
+        return value
+    return _map(value, _widen)
+
+
+def _map(value: Any, function: Callable[[Any], Any]) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        mapped = copy.copy(value)
+        for item in dataclasses.fields(value):
+            object.__setattr__(mapped, item.name, function(getattr(value, item.name)))
+        return mapped
+    if isinstance(value, dict):
+        return {key: function(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(function(item) for item in value)
+    return value
+
+
+def build_with_cache(task) -> str | None:
+    """Set ``task.vocab``, ``task.splits`` and every attribute ``task.build()`` sets on the
+    task, by building or from the cache. Returns where the data came from when the cache
+    was involved (a line for the run's log), else None."""
+    config = task.config
+    directory = cache_dir()
+    if directory is None:
+        task.vocab, task.splits = task.build()
+        return None
+    path = cache_path(config, directory)
+    if path.exists():
+        try:
+            start = time.perf_counter()
+            stored = torch.load(path, weights_only=False)
+            if stored.get("format") != FORMAT or stored.get("config") != config.model_dump_json():
+                raise ValueError("written for another config or format")
+            vars(task).update(_widen(stored["state"]))
+            return f"task data loaded from {path} in {time.perf_counter() - start:.1f} s"
+        except Exception as error:  # noqa: BLE001 - any unreadable file is rebuilt
+            warnings.warn(f"data cache: cannot read {path} ({error}); building the data "
+                          "again", stacklevel=2)
+    before = set(vars(task))
+    start = time.perf_counter()
+    task.vocab, task.splits = task.build()
+    seconds = time.perf_counter() - start
+    if seconds < MIN_SECONDS:
+        return None
+    state = {key: value for key, value in vars(task).items() if key not in before}
+    payload = {"format": FORMAT, "config": config.model_dump_json(), "state": _narrow(state)}
+    try:
+        atomic_write_bytes(path, lambda handle: torch.save(payload, handle))
+    except OSError as error:
+        warnings.warn(f"data cache: cannot write {path} ({error}); set {ENV} to a writable "
+                      f"directory or to 'off'", stacklevel=2)
+        return None
+    return f"task data built in {seconds:.1f} s and cached in {path}"
+
+
+def _build_into_cache(config) -> tuple[str, float, str | None]:
+    from sglab.tasks.base import GeneratedSplitsTask, build_task
+
+    start = time.perf_counter()
+    task = build_task(config)
+    seconds = time.perf_counter() - start
+    if not isinstance(task, GeneratedSplitsTask):
+        return config.name, seconds, f"built in {seconds:.1f} s (not a cached kind of task)"
+    return config.name, seconds, task.data_note
+
+
+def fill_cache(configs: list, workers: int = 1, printer: Callable[[str], None] = print) -> int:
+    """Build the data of every distinct task config in ``configs`` into the cache (``workers``
+    processes at a time), so that the runs that need it load it instead of each building
+    it. Returns the number of distinct configs."""
+    directory = cache_dir()
+    if directory is None:
+        raise SglabError(f"the data cache is off ({ENV}=off): nothing would be kept; unset "
+                         f"{ENV} or point it at a directory")
+    distinct = list({config.model_dump_json(): config for config in configs}.values())
+    printer(f"data cache {directory}: {len(distinct)} distinct task config(s), "
+            f"{workers} at a time")
+
+    def report(name: str, seconds: float, note: str | None) -> None:
+        printer(f"  {name}: {note}" if note else
+                f"  {name}: built in {seconds:.1f} s (under {MIN_SECONDS:.0f} s: not cached)")
+
+    if workers <= 1 or len(distinct) <= 1:
+        for config in distinct:
+            report(*_build_into_cache(config))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(workers, len(distinct)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            for result in pool.map(_build_into_cache, distinct):
+                report(*result)
+    return len(distinct)
+
+
+def cache_files(directory: Path | None = None) -> list[Path]:
+    """The cached data files (``directory``: default :func:`cache_dir`)."""
+    directory = directory or cache_dir()
+    return sorted(directory.glob("*.pt")) if directory and directory.is_dir() else []
