@@ -66,7 +66,7 @@ def test_a_cached_task_equals_the_built_one(cache_on, overrides):
     config = task_config(overrides)
     built = build_task(config)
     assert built.data_note.startswith("task data built")
-    assert len(list(cache_on.glob("*.pt"))) == 1
+    assert len(list(cache_on.glob("*.pt.gz"))) == 1
     loaded = build_task(config)
     assert loaded.data_note.startswith("task data loaded")
     state = {k: v for k, v in vars(built).items() if k != "data_note"}
@@ -149,13 +149,13 @@ def test_data_build_fills_the_cache_once_per_task_config(cache_on, capsys):
     configs = first_stage_configs(registry.experiment("ndr-arithmetic"), "quick")
     distinct = {config.task.model_dump_json() for config in configs}
     assert main(["data", "build", "ndr-arithmetic:quick"]) == 0
-    assert len(list(cache_on.glob("arithmetic-*.pt"))) == len(distinct) < len(configs)
+    assert len(list(cache_on.glob("arithmetic-*.pt.gz"))) == len(distinct) < len(configs)
     for config in configs:  # every run of the preset now loads its data
         assert build_task(config.task).data_note.startswith("task data loaded")
     assert main(["data", "cache"]) == 0
     assert f"{len(distinct)} file(s)" in capsys.readouterr().out
     assert main(["data", "cache", "--clear"]) == 0
-    assert not list(cache_on.glob("*.pt"))
+    assert not list(cache_on.glob("*.pt.gz"))
 
 
 def test_data_build_errors(tmp_path, monkeypatch, capsys):
