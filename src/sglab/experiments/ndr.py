@@ -414,8 +414,10 @@ class NDRListOps(DepthExperiment):
         # (task.structure) and more test steps, one at a time, do not change that (P35-P42).
         # The thesis code's trees with 300k lists and 10k steps do: the NDR leads the LSTM on
         # the test depth, as in the authors' own code (P45/P46, C4/C5; over two seeds with
-        # P50/P51 by 0.105 after 10k steps, level before 7.5k), but that NDR run alone takes
-        # about an hour on a core (2.8 steps/s), so no 30-minute preset passes yet. One
+        # P50/P51 by 0.105 after 10k steps, level before 7.5k), but that NDR run takes about
+        # 40 minutes of a core (4.3 steps/s over P52's 6k steps), two seeds of it and the
+        # baselines over an hour on 2 cores, so no 30-minute preset passes yet; a cosine
+        # decay over 6k steps gains 0.02 on the test depth (P53: 0.07 over the LSTMs). One
         # length per batch (task.train_sampling=bucketed, the code's sampler) makes its steps
         # 1.8x cheaper, but with it the NDR learned more slowly per step (P47: test 0.526 at
         # the selected step against P45's 0.624), so the time to the lead did not shrink
