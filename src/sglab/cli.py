@@ -129,14 +129,21 @@ def train(
         _out(f"report: {run_report(trainer.run_dir, out)}")
 
 
-def _preset_base(spec: str, base: dict) -> dict:
+def _experiment_preset(spec: str, where: str):
+    """``EXPERIMENT:PRESET`` -> (the experiment, the preset name)."""
     from sglab import registry
-    from sglab.config import deep_merge
 
     if ":" not in spec:
-        raise SglabError(f"--preset {spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
+        raise SglabError(f"{where}{spec!r}: write EXPERIMENT:PRESET, e.g. symmetry:quick")
     name, preset = spec.split(":", 1)
-    return deep_merge(registry.experiment(name).base_config(preset), base)
+    return registry.experiment(name), preset
+
+
+def _preset_base(spec: str, base: dict) -> dict:
+    from sglab.config import deep_merge
+
+    experiment, preset = _experiment_preset(spec, "--preset ")
+    return deep_merge(experiment.base_config(preset), base)
 
 
 @app.command()
@@ -310,14 +317,11 @@ def data_build(
     """Build the task data of an experiment preset's runs into the data cache, once per
     distinct task config, so that every run and worker loads it instead of building it
     (staged experiments: the first stage's runs)."""
-    from sglab import registry
     from sglab.experiments.base import first_stage_configs
     from sglab.tasks.cache import fill_cache
 
-    name, _, preset = spec.partition(":")
-    if not preset:
-        raise SglabError(f"{spec!r}: give EXPERIMENT:PRESET, e.g. ndr-listops:paper")
-    configs = first_stage_configs(registry.experiment(name), preset, seeds, list(param or []),
+    experiment, preset = _experiment_preset(spec, "")
+    configs = first_stage_configs(experiment, preset, seeds, list(param or []),
                                   list(set_ or []))
     fill_cache([config.task for config in configs], workers=workers, printer=_out)
 
