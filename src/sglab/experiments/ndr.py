@@ -417,7 +417,8 @@ class NDRListOps(DepthExperiment):
         # P50/P51 by 0.105 after 10k steps, level before 7.5k), but that NDR run takes about
         # 40 minutes of a core (4.3 steps/s over P52's 6k steps), two seeds of it and the
         # baselines over an hour on 2 cores, so no 30-minute preset passes yet; a cosine
-        # decay over 6k steps gains 0.02 on the test depth (P53: 0.07 over the LSTMs). One
+        # decay over 6k steps gains 0.02 on the test depth (P53: 0.07 over the LSTMs), over
+        # 10k steps it gave a lead of 0.172 (P54/P55, one seed each; next: more seeds). One
         # length per batch (task.train_sampling=bucketed, the code's sampler) makes its steps
         # 1.8x cheaper, but with it the NDR learned more slowly per step (P47: test 0.526 at
         # the selected step against P45's 0.624), so the time to the lead did not shrink
