@@ -392,8 +392,8 @@ class NDRListOps(DepthExperiment):
         "Thesis Sec. 5.2.3, Table 5.4, Fig. D.10. MIN, MAX, MED and SM over digits, split by "
         "dependency depth: train 1-5, select on 6, test 7-8 (paper preset; the gated models "
         "train with 20 steps and test with 24). Models read the first column. The default "
-        "preset is a scaled-down CPU proxy (shallower depths, shorter expressions, narrower "
-        "models, a few thousand steps): only the ordering is compared."
+        "preset is a scaled-down CPU proxy (depths 1-3 / 4 / 5, MIN, MAX and MED with 2-3 "
+        "arguments, 300k training lists, d 64, 2k-10k steps): only the ordering is compared."
     )
     paper_table = {"lstm": (0.99, 0.71), "bilstm": (1.00, 0.57), "transformer": (0.98, 0.74),
                    "rel": (0.98, 0.79), "abs_rel_gate": (1.00, 0.90), "ndr": (1.00, 0.99)}
@@ -406,30 +406,33 @@ class NDRListOps(DepthExperiment):
             n_layers=3, gated_d_model=16, gated_heads=2, gated_layers=4, lstm_d_model=16,
             lstm_layers=1, batch=32, lr=1e-3, gated_lr=1e-3, eval_every=15, readout="first",
             gate_dropout=0.05, eval_steps=6),
-        # CPU proxy: dependency depths 1-3 / 4 / 5, at most 30 tokens, d 64, 10 steps (12 at test).
-        # No model fits these depths at this budget (README, P9-P11, P25-P28). Without SM and
-        # with 2-3 arguments (task.operators, task.max_arguments) every model learns, and the
-        # NDR leads the transformers after 4k steps (21 min alone on a core) and is level with
-        # the LSTMs after 8k (P29-P34); width, batch, 10x the data, the thesis code's trees
-        # (task.structure) and more test steps, one at a time, do not change that (P35-P42).
-        # The thesis code's trees with 300k lists and 10k steps do: the NDR leads the LSTM on
-        # the test depth, as in the authors' own code (P45/P46, C4/C5; over two seeds with
-        # P50/P51 by 0.105 after 10k steps, level before 7.5k), but that NDR run takes about
-        # 40 minutes of a core (4.3 steps/s over P52's 6k steps), two seeds of it and the
-        # baselines over an hour on 2 cores, so no 30-minute preset passes yet; a cosine
-        # decay over 6k steps gains 0.02 on the test depth (P53: 0.07 over the LSTMs), over
-        # 10k steps it gave a lead of 0.172 (P54/P55, one seed each; next: more seeds). One
-        # length per batch (task.train_sampling=bucketed, the code's sampler) makes its steps
-        # 1.8x cheaper, but with it the NDR learned more slowly per step (P47: test 0.526 at
-        # the selected step against P45's 0.624), so the time to the lead did not shrink
+        # CPU proxy (README, "ListOps at the CPU size"): dependency depths 1-3 / 4 / 5, the
+        # thesis code's bushy trees (task.structure) of at most 50 tokens, MIN, MAX and MED
+        # with 2-3 arguments (with SM or 5 arguments no model fits at this size, P9-P28),
+        # 300k training lists (with 30k every model is level, in sglab and in the authors'
+        # code: P40/P41, C2/C3), the 10 digits scored; every run's learning rate decays to
+        # 1e-4 over its own steps. The NDR is P54: d 64, 10 steps (12 at test), the App. E
+        # FFN, attention dropout 0.1, no other dropout, 10k steps of 64 from lr 2e-3 (it
+        # still rises after 8k steps). The baselines stop where their test curves are flat
+        # (README, P56-P57): the transformers at 2k steps (the gated one 0.37-0.38 from
+        # step 500 on), the LSTMs at 6k steps of 128 (the BiLSTM rose from 0.48 to 0.59
+        # between 1.5k and 4k steps, then stayed). Measured whole, seed 0: 2/2, NDR 0.710
+        # against the BiLSTM's 0.594, about 40 minutes on 2 cores; seed 1: NDR 0.612 against
+        # 0.574, so with --seeds 2 the mean lead (0.077) misses the claim's 0.1
         "default": depth_task_preset(
-            {"name": "listops", "train_size": 30_000, "iid_valid_size": 500,
+            {"name": "listops", "structure": "thesis_code", "operators": ("MIN", "MAX", "MED"),
+             "max_arguments": 3, "train_size": 300_000, "iid_valid_size": 500,
              "ood_valid_size": 500, "test_size": 500, "train_depths": (1, 3),
-             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 30},
-            steps=2000, gated_steps=2000, lstm_steps=2000, seeds=[0], d_model=64, n_heads=4,
-            n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=10, lstm_d_model=128,
-            lstm_layers=2, batch=128, lr=1e-3, gated_lr=1e-3, eval_every=250, readout="first",
-            gate_dropout=0.05, eval_steps=12),
+             "ood_valid_depths": (4, 4), "test_depths": (5, 5), "max_tokens": 50,
+             "scored_classes": "labels"},
+            steps=2000, gated_steps=10_000, lstm_steps=6000, seeds=[0], d_model=64,
+            n_heads=4, n_layers=6, gated_d_model=64, gated_heads=4, gated_layers=10,
+            lstm_d_model=128, lstm_layers=2, batch=64, gated_batch=64, lr=1e-3,
+            gated_lr=2e-3, min_lr=1e-4, eval_every=500, readout="first", gate_dropout=0.05,
+            eval_steps=12, dropout=0.0, baseline_dropout=0.1,
+            ndr_model={"copy_gate_ffn": "gelu_residual"},
+            variant_train={"abs_rel_gate": {"steps": 2000}, "lstm": {"batch_size": 128},
+                           "bilstm": {"batch_size": 128}}),
         # thesis Table D.5 (gated: 20 steps, 24 at test; baselines 200k steps) and the thesis
         # code's sweeps (sweeps/transformer_control_flow/listops_big_*.yaml): gated models'
         # data FFN 2 d wide, weight decay 0.09; baselines dropout 0.015, weight decay 0.05;

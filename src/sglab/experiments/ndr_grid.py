@@ -190,6 +190,8 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
                       gated_weight_decay: float = 0.01, lstm_weight_decay: float = 0.0,
                       gated_batch: int | None = None, ndr_model: dict[str, Any] | None = None,
                       lstm_task: dict[str, Any] | None = None,
+                      min_lr: float | None = None,
+                      variant_train: dict[str, dict[str, Any]] | None = None,
                       quiet: bool = True) -> dict[str, Any]:
     """Grid for a task split by depth (thesis Tables D.4 / D.5 shapes). ``dropout``: the
     gated transformers' (and the others' unless ``baseline_dropout``); attention dropout
@@ -197,7 +199,10 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
     from the gated models' ``readout``; ``weight_decay``: the gate-less transformers';
     ``gated_batch``: the gated transformers' batch size where it differs from ``batch``;
     ``ndr_model``: model fields of the NDR alone (e.g. its FFN, as ``ctl_preset``'s);
-    ``lstm_task``: task fields of the LSTMs alone (they never see the <B>/<E> frame)."""
+    ``lstm_task``: task fields of the LSTMs alone (they never see the <B>/<E> frame);
+    ``min_lr``: every run's learning rate decays from its own ``lr`` to this over its steps
+    (a cosine; None: constant, as the thesis code); ``variant_train``: train fields of one
+    variant on top of the rest (``{"bilstm": {"steps": 3000}}``)."""
     models = transformer_variants(
         d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=4 * d_model,
         dropout=dropout if baseline_dropout is None else baseline_dropout,
@@ -219,10 +224,14 @@ def depth_task_preset(task: dict, steps: int, gated_steps: int, lstm_steps: int,
         variants[key] = {"model": spec, "train": {"steps": lstm_steps, "lr": 1e-3,
                                                   "weight_decay": lstm_weight_decay},
                          "extra": {"task": {"boundary_tokens": False, **(lstm_task or {})}}}
+    for key, fields in (variant_train or {}).items():
+        variants[key].setdefault("train", {}).update(fields)
     return {
         "task": task,
         "train": train_section(steps, batch, lr, weight_decay, 1.0, eval_every, threads=1,
-                               eval_max_examples=eval_max_examples),
+                               eval_max_examples=eval_max_examples,
+                               **({} if min_lr is None else
+                                  {"lr_schedule": "cosine", "min_lr": min_lr})),
         "variants": variants, "conditions": {"all": {}}, "seeds": seeds, "n_classes": 10,
         "quiet": quiet,
     }
