@@ -169,3 +169,48 @@ def test_data_build_errors(tmp_path, monkeypatch, capsys):
     assert "EXPERIMENT:PRESET" in capsys.readouterr().err
     assert main(["data", "build", "ndr-arithmetic:nosuch"]) == 2
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_second_process_waits_for_a_running_build_and_loads_it(cache_on, monkeypatch):
+    # Two builders of one config (two sweep workers starting on the same data): the second
+    # finds no file, waits on the first's build lock, then loads what the first wrote. A
+    # thread stands for the second process (the lock file is locked per open file).
+    import threading
+
+    config = task_config(TASKS[0])
+    task_class = type(build_task(config))
+    monkeypatch.setenv(cache.ENV, str(cache_on))
+    for file in cache_on.glob("*.pt.gz"):
+        file.unlink()
+    builds, first_building, second_missed = [], threading.Event(), threading.Event()
+    real_build, real_load = task_class.build, cache._load
+
+    def build(self):
+        builds.append(threading.current_thread().name)
+        if len(builds) == 1:
+            first_building.set()
+            assert second_missed.wait(30), "the second builder never looked for the file"
+        return real_build(self)
+
+    def load(task, path):
+        loaded = real_load(task, path)
+        if loaded is None and first_building.is_set():
+            second_missed.set()
+        return loaded
+
+    monkeypatch.setattr(task_class, "build", build)
+    monkeypatch.setattr(cache, "_load", load)
+    results = {}
+    first = threading.Thread(target=lambda: results.update(first=build_task(config)), name="first")
+    first.start()
+    assert first_building.wait(30)
+    second = threading.Thread(target=lambda: results.update(second=build_task(config)),
+                              name="second")
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert builds == ["first"]
+    assert results["first"].data_note.startswith("task data built")
+    assert results["second"].data_note.startswith("task data loaded")
+    assert "waiting for another process's build" in results["second"].data_note
+    assert_same(results["first"].splits, results["second"].splits)

@@ -14,12 +14,17 @@ narrowest integer type that holds their values, the file is gzip-compressed (a m
 ListOps lists: 17 MB), and the tensors come back as ``int64``, equal to the built ones
 element for element.
 
+One process builds a given config at a time: a build holds a lock file next to the data
+file, and another process that needs the same config (the second worker of a sweep starting
+on the same data) waits for it and then loads the file instead of building it again.
+
 ``SGLAB_DATA_CACHE`` sets the directory (default: ``$XDG_CACHE_HOME/sglab/data``, or
 ``~/.cache/sglab/data``); ``off`` turns the cache off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gzip
@@ -28,12 +33,13 @@ import io
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 
 from sglab.errors import SglabError
 from sglab.io import atomic_write_bytes
@@ -116,6 +122,48 @@ def _map(value: Any, function: Callable[[Any], Any]) -> Any:
     return value
 
 
+def _load(task, path: Path) -> str | None:
+    """Set ``task``'s state from the cached file ``path``; None when there is none or it
+    cannot be read (then it is rebuilt)."""
+    if not path.exists():
+        return None
+    try:
+        start = time.perf_counter()
+        stored = torch.load(io.BytesIO(gzip.decompress(path.read_bytes())), weights_only=False)
+        if stored.get("format") != FORMAT or stored.get("config") != task.config.model_dump_json():
+            raise ValueError("written for another config or format")
+        vars(task).update(_widen(stored["state"]))
+        return f"task data loaded from {path} in {time.perf_counter() - start:.1f} s"
+    except Exception as error:  # noqa: BLE001 - any unreadable file is rebuilt
+        warnings.warn(f"data cache: cannot read {path} ({error}); building the data again",
+                      stacklevel=3)
+        return None
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path) -> Iterator[float]:
+    """Hold the lock of ``path``'s build; yields the seconds spent waiting for another
+    process's build of it. Where no lock file can be made (an unwritable directory) the
+    build goes on without it."""
+    start, created = time.perf_counter(), not path.parent.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(f"{path}.lock")
+        lock.acquire()
+    except OSError:
+        yield 0.0
+        return
+    try:
+        yield time.perf_counter() - start
+    finally:
+        lock.release()
+        if not path.exists():  # a build too quick to keep leaves nothing behind
+            Path(lock.lock_file).unlink(missing_ok=True)
+            if created:
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()
+
+
 def build_with_cache(task) -> str | None:
     """Set ``task.vocab``, ``task.splits`` and every attribute ``task.build()`` sets on the
     task, by building or from the cache. Returns where the data came from when the cache
@@ -126,34 +174,29 @@ def build_with_cache(task) -> str | None:
         task.vocab, task.splits = task.build()
         return None
     path = cache_path(config, directory)
-    if path.exists():
+    loaded = _load(task, path)
+    if loaded:
+        return loaded
+    with _build_lock(path) as waited:
+        loaded = _load(task, path)  # built by the process that held the lock before us
+        if loaded:
+            return f"{loaded}, after {waited:.1f} s waiting for another process's build"
+        before = set(vars(task))
+        start = time.perf_counter()
+        task.vocab, task.splits = task.build()
+        seconds = time.perf_counter() - start
+        if seconds < MIN_SECONDS:
+            return None
+        state = {key: value for key, value in vars(task).items() if key not in before}
+        payload = {"format": FORMAT, "config": config.model_dump_json(), "state": _narrow(state)}
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
         try:
-            start = time.perf_counter()
-            stored = torch.load(io.BytesIO(gzip.decompress(path.read_bytes())),
-                                weights_only=False)
-            if stored.get("format") != FORMAT or stored.get("config") != config.model_dump_json():
-                raise ValueError("written for another config or format")
-            vars(task).update(_widen(stored["state"]))
-            return f"task data loaded from {path} in {time.perf_counter() - start:.1f} s"
-        except Exception as error:  # noqa: BLE001 - any unreadable file is rebuilt
-            warnings.warn(f"data cache: cannot read {path} ({error}); building the data "
-                          "again", stacklevel=2)
-    before = set(vars(task))
-    start = time.perf_counter()
-    task.vocab, task.splits = task.build()
-    seconds = time.perf_counter() - start
-    if seconds < MIN_SECONDS:
-        return None
-    state = {key: value for key, value in vars(task).items() if key not in before}
-    payload = {"format": FORMAT, "config": config.model_dump_json(), "state": _narrow(state)}
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    try:
-        atomic_write_bytes(path, lambda handle: handle.write(gzip.compress(buffer.getvalue(), 1)))
-    except OSError as error:
-        warnings.warn(f"data cache: cannot write {path} ({error}); set {ENV} to a writable "
-                      f"directory or to 'off'", stacklevel=2)
-        return None
+            atomic_write_bytes(path, lambda handle: handle.write(gzip.compress(buffer.getvalue(), 1)))
+        except OSError as error:
+            warnings.warn(f"data cache: cannot write {path} ({error}); set {ENV} to a writable "
+                          f"directory or to 'off'", stacklevel=2)
+            return None
     return f"task data built in {seconds:.1f} s and cached in {path}"
 
 
