@@ -111,3 +111,25 @@ def test_parameter_count_for_the_gpu_planner_falls_back_to_the_cpu():
     assert _count_parameters(meta_unsupported, config) == expected
     assert devices == ["meta", "cpu"]
     assert _count_parameters(build_model, config) == expected
+
+
+def test_jobs_start_biggest_first_and_finished_runs_last(tmp_path):
+    # workers take jobs in order: the longest run must not be the last to start
+    configs = expand(SweepSpec(base=TINY, grid={"train.steps": [2, 8, 4],
+                                                "model.d_model": [8, 16]}, seeds=1))
+    steps = [config.train.steps for config in configs]
+    order = [i for job in plan_jobs(configs, tmp_path, ensemble=False) for i in job]
+    assert [steps[i] for i in order] == sorted(steps, reverse=True)
+    assert order == sorted(range(len(configs)), key=lambda i: (-steps[i], i))  # ties: config order
+    # work counts layer applications too: 2 steps of 4x the layers outweigh 4 steps
+    short, long = (next(c for c in configs if c.train.steps == n) for n in (2, 4))
+    deeper = short.model_copy(update={"model": short.model.model_copy(
+        update={"n_layers": 4 * short.model.n_layers})})
+    assert plan_jobs([long, deeper], tmp_path, ensemble=False) == [[1], [0]]
+    assert plan_jobs([long, short], tmp_path, ensemble=False) == [[0], [1]]
+    longest = order[0]
+    run_dir = tmp_path / configs[longest].run_id()
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"status": "finished"}))
+    order = [i for job in plan_jobs(configs, tmp_path, ensemble=False) for i in job]
+    assert order[-1] == longest  # only re-recorded: instant

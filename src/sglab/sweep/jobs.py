@@ -219,7 +219,8 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
     ``max_members`` (one number, or one per ensemble key: :func:`gpu_member_limits`); the
     largest ensembles are split until there are at least
     ``min_jobs`` jobs (so that every worker has work). Finished runs become jobs of
-    their own (they are only re-recorded, which is instant).
+    their own (they are only re-recorded, which is instant). Jobs come biggest first
+    (:func:`expected_work`), finished ones last.
     """
     from sglab.train.ensemble import ensemble_key
 
@@ -247,7 +248,21 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
             break
         jobs.remove(largest)
         jobs.extend([largest[: len(largest) // 2], largest[len(largest) // 2:]])
-    return sorted(jobs, key=lambda job: job[0])
+    # longest first, so that the last job to start is a short one (ties: config order)
+    work = [0 if _is_finished(run_ids[i], runs_dir) else expected_work(config)
+            for i, config in enumerate(configs)]
+    return sorted(jobs, key=lambda job: (-sum(work[i] for i in job), job[0]))
+
+
+def expected_work(config: RunConfig) -> int:
+    """A rough size of a run's training, by which a sweep starts its biggest jobs first
+    (workers take jobs in order; with the biggest last, one worker trains it alone at the
+    end while the others idle): steps x batch rows x layer applications per step
+    (``model.n_layers``, the shared layer's training steps for the NDR; 1 for a model
+    without layers). It ignores width and sequence length, which vary less within one
+    experiment than steps and depth do."""
+    layers = getattr(config.model, "n_layers", None) or 1
+    return config.train.steps * config.train.batch_size * layers
 
 
 def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: str | None,
