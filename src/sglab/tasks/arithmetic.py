@@ -40,27 +40,17 @@ from sglab import registry
 from sglab.tasks.base import (
     BEGIN,
     END,
-    ClassificationTaskConfig,
+    DepthSplitsConfig,
     SequenceClassificationTask,
     Vocabulary,
-    check_split_ranges,
     encode_examples,
-    train_sampling_field,
 )
 
 
-class ArithmeticConfig(ClassificationTaskConfig):
+class ArithmeticConfig(DepthSplitsConfig):
     name: Literal["arithmetic"] = "arithmetic"
-    train_depths: tuple[int, int] = (1, 5)
-    ood_valid_depths: tuple[int, int] = (6, 6)
-    test_depths: tuple[int, int] = (7, 8)
-    train_size: int = Field(100_000, ge=1)
-    iid_valid_size: int = Field(1000, ge=1)
-    ood_valid_size: int = Field(1000, ge=1)
-    test_size: int = Field(1000, ge=1)
     subtree_probability: float = Field(
         0.2, ge=0, le=1, description="Chance that the shallow operand is an operation, per level.")
-    max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
     deep_operand: Literal["random", "right"] = Field(
         "random", description="Side of the deeper operand of each operation on the deepest "
                               "path (structure deep_path): a random side, or right.")
@@ -73,19 +63,13 @@ class ArithmeticConfig(ClassificationTaskConfig):
     eval_subtree_probability: float | None = Field(
         None, ge=0, le=1, description="subtree_probability of the evaluation splits (the thesis "
                                       "code: 0.3); none: the same as training.")
-    boundary_tokens: bool = True
-    train_sampling: Literal["dataset", "bucketed"] = train_sampling_field()
 
     @model_validator(mode="after")
     def _check(self):
-        check_split_ranges("depth", self.train_depths, self.ood_valid_depths, self.test_depths)
         if 4 * self.test_depths[1] + 1 > self.max_tokens:
             raise ValueError(f"max_tokens={self.max_tokens} cannot hold depth "
                              f"{self.test_depths[1]} ({4 * self.test_depths[1] + 1} tokens at least)")
         return self
-
-    def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 Expression = tuple[str, int, int]  # (text, value mod the modulus, depth in operations)

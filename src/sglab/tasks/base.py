@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sglab import registry
 from sglab.config import TaskConfig
@@ -395,14 +395,33 @@ class ClassificationTaskConfig(TaskConfig):
                     "saturates a tanh update in the first steps (README, NDR section).")
 
 
-def train_sampling_field():
-    """``train_sampling`` of a task with a fixed training set of mixed input lengths."""
-    return Field("dataset", description=(
+class DepthSplitsConfig(ClassificationTaskConfig):
+    """Fields of a task split by expression depth (arithmetic, ListOps): train on
+    ``train_depths``, select on ``ood_valid_depths``, test on ``test_depths``."""
+
+    train_depths: tuple[int, int] = (1, 5)
+    ood_valid_depths: tuple[int, int] = (6, 6)
+    test_depths: tuple[int, int] = (7, 8)
+    train_size: int = Field(100_000, ge=1)
+    iid_valid_size: int = Field(1000, ge=1)
+    ood_valid_size: int = Field(1000, ge=1)
+    test_size: int = Field(1000, ge=1)
+    max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
+    boundary_tokens: bool = True
+    train_sampling: Literal["dataset", "bucketed"] = Field("dataset", description=(
         "How training batches are drawn. dataset: uniform draws from the fixed training set, "
         "lengths mixed within a batch (padded to the longest). bucketed: every batch holds one "
         "input length, picked in proportion to its share of the training set (the thesis "
         "code's length_bucketed_sampling, which its ListOps and arithmetic sweeps set: the same "
         "examples, no padding, so a step costs less)."))
+
+    @model_validator(mode="after")
+    def _check_depths(self):
+        check_split_ranges("depth", self.train_depths, self.ood_valid_depths, self.test_depths)
+        return self
+
+    def evaluation_splits(self) -> list[str]:
+        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 class SequenceClassificationTask(GeneratedSplitsTask):

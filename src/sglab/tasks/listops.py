@@ -33,12 +33,10 @@ from sglab.errors import SglabError
 from sglab.tasks.base import (
     BEGIN,
     END,
-    ClassificationTaskConfig,
+    DepthSplitsConfig,
     SequenceClassificationTask,
     Vocabulary,
-    check_split_ranges,
     encode_examples,
-    train_sampling_field,
 )
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
@@ -46,21 +44,11 @@ OPERATORS = ("MIN", "MAX", "MED", "SM")
 Tree = int | tuple[str, tuple["Tree", ...]]  # hashable, so values are cached
 
 
-class ListOpsConfig(ClassificationTaskConfig):
+class ListOpsConfig(DepthSplitsConfig):
     name: Literal["listops"] = "listops"
-    train_depths: tuple[int, int] = (1, 5)
-    ood_valid_depths: tuple[int, int] = (6, 6)
-    test_depths: tuple[int, int] = (7, 8)
-    train_size: int = Field(100_000, ge=1)
-    iid_valid_size: int = Field(1000, ge=1)
-    ood_valid_size: int = Field(1000, ge=1)
-    test_size: int = Field(1000, ge=1)
     min_arguments: int = Field(2, ge=1)
     max_arguments: int = Field(5, ge=1)
     sublist_probability: float = Field(0.3, ge=0, le=1, description="Chance an extra argument is a list.")
-    max_tokens: int = Field(50, ge=5, description="Longest expression (without <B>/<E>).")
-    boundary_tokens: bool = True
-    train_sampling: Literal["dataset", "bucketed"] = train_sampling_field()
     structure: Literal["chain", "thesis_code"] = Field(
         "chain", description="chain: one selected argument per level with small side lists; "
                              "thesis_code: the thesis code's random trees, filed by dependency "
@@ -71,15 +59,11 @@ class ListOpsConfig(ClassificationTaskConfig):
 
     @model_validator(mode="after")
     def _check(self):
-        check_split_ranges("depth", self.train_depths, self.ood_valid_depths, self.test_depths)
         if self.min_arguments > self.max_arguments:
             raise ValueError("min_arguments must not exceed max_arguments")
         if len(set(self.operators)) != len(self.operators):
             raise ValueError(f"operators {self.operators} repeat one; name each at most once")
         return self
-
-    def evaluation_splits(self) -> list[str]:
-        return ["iid_valid", "ood_valid", "ood_test"]
 
 
 def apply_operator(op: str, values: list[int]) -> tuple[int, list[int] | None]:
