@@ -14,6 +14,8 @@ def test_train_run_indexes_the_run_and_restores_the_thread_count(tmp_path):
     summary = sglab.train_run(TINY, tmp_path, overrides=["seed=3"])
     assert torch.get_num_threads() == 1  # the run used 2, the caller's setting is back
     assert summary["status"] == "finished" and summary["threads"] == 2
+    # what it computed on, since float rounding (and so the trajectory) can differ by CPU
+    assert summary["processor"] and summary["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert [row["run_id"] for row in sglab.runs(tmp_path)] == [summary["run_id"]]
     assert sglab.runs(tmp_path, where=["seed=4"]) == []
     again = sglab.train_run(TINY, tmp_path, overrides=["seed=3"])  # finished: not retrained

@@ -51,6 +51,24 @@ def resolve_device(name: str) -> torch.device:
 RMSPROP_ALPHA, RMSPROP_EPS = 0.99, 1e-10
 
 
+def processor(device: torch.device) -> dict[str, str]:
+    """What the run computes on, for its summary: the GPU's name, or the CPU's model and the
+    instruction set torch's CPU kernels use (``AVX512``, ``AVX2``, ...). Float rounding, and
+    so a run's trajectory, can differ between two of them; on one machine a run repeats
+    itself bit for bit."""
+    if device.type == "cuda":
+        return {"processor": torch.cuda.get_device_name(device)}
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"processor": name, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -384,6 +402,7 @@ class Trainer:
             "select_on": self.select_on, "target_metric": self.config.target_metric(),
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
+            **processor(device),
         }
         extended_from = (self.read_summary() or {}).get("extended_from")
         if extended_from:  # sglab.train.extend: the steps before this one came from that run
