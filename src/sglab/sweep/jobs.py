@@ -228,8 +228,9 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
     groups: dict[str, list[int]] = {}
     jobs: list[list[int]] = []
     run_ids, modes = sweep_run_ids(configs, ensemble), executions(configs, ensemble)
+    finished = [_is_finished(run_id, runs_dir) for run_id in run_ids]
     for i, config in enumerate(configs):
-        if modes[i] == "alone" or _is_finished(run_ids[i], runs_dir):
+        if modes[i] == "alone" or finished[i]:
             jobs.append([i])
         else:
             groups.setdefault(ensemble_key(config), []).append(i)
@@ -249,8 +250,7 @@ def plan_jobs(configs: list[RunConfig], runs_dir: str | Path, ensemble: bool = T
         jobs.remove(largest)
         jobs.extend([largest[: len(largest) // 2], largest[len(largest) // 2:]])
     # longest first, so that the last job to start is a short one (ties: config order)
-    work = [0 if _is_finished(run_ids[i], runs_dir) else expected_work(config)
-            for i, config in enumerate(configs)]
+    work = [0 if done else expected_work(config) for done, config in zip(finished, configs)]
     return sorted(jobs, key=lambda job: (-sum(work[i] for i in job), job[0]))
 
 
