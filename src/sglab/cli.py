@@ -344,7 +344,7 @@ def data_cache(clear: Annotated[bool, typer.Option(help="Delete the cached files
     if clear:
         for file in files:
             file.unlink(missing_ok=True)
-        for lock in directory.glob("*.pt.gz.lock"):  # the builds' lock files
+        for lock in cache_files(directory, locks=True):
             lock.unlink(missing_ok=True)
         _out(f"deleted {len(files)} file(s)")
 

@@ -47,6 +47,7 @@ from sglab.io import atomic_write_bytes
 ENV = "SGLAB_DATA_CACHE"
 MIN_SECONDS = 5.0  # builds faster than this are not worth a file
 FORMAT = 2
+DATA_PATTERN, LOCK_SUFFIX = "*.pt.gz", ".lock"
 
 
 def cache_dir() -> Path | None:
@@ -140,6 +141,21 @@ def _load(task, path: Path) -> str | None:
         return None
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(modification time, size) of ``path``, None when there is no file: whether another
+    process has written it since."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file a build of the cached file ``path`` holds."""
+    return path.with_name(path.name + LOCK_SUFFIX)
+
+
 @contextlib.contextmanager
 def _build_lock(path: Path) -> Iterator[float]:
     """Hold the lock of ``path``'s build; yields the seconds spent waiting for another
@@ -148,7 +164,7 @@ def _build_lock(path: Path) -> Iterator[float]:
     start, created = time.perf_counter(), not path.parent.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(f"{path}.lock")
+        lock = FileLock(lock_path(path))
         lock.acquire()
     except OSError:
         yield 0.0
@@ -158,7 +174,7 @@ def _build_lock(path: Path) -> Iterator[float]:
     finally:
         lock.release()
         if not path.exists():  # a build too quick to keep leaves nothing behind
-            Path(lock.lock_file).unlink(missing_ok=True)
+            lock_path(path).unlink(missing_ok=True)
             if created:
                 with contextlib.suppress(OSError):
                     path.parent.rmdir()
@@ -174,13 +190,15 @@ def build_with_cache(task) -> str | None:
         task.vocab, task.splits = task.build()
         return None
     path = cache_path(config, directory)
+    seen = _stamp(path)
     loaded = _load(task, path)
     if loaded:
         return loaded
     with _build_lock(path) as waited:
-        loaded = _load(task, path)  # built by the process that held the lock before us
-        if loaded:
-            return f"{loaded}, after {waited:.1f} s waiting for another process's build"
+        if _stamp(path) != seen:  # written by the process that held the lock before us
+            loaded = _load(task, path)
+            if loaded:
+                return f"{loaded}, after {waited:.1f} s waiting for another process's build"
         before = set(vars(task))
         start = time.perf_counter()
         task.vocab, task.splits = task.build()
@@ -241,7 +259,9 @@ def fill_cache(configs: list, workers: int = 1, printer: Callable[[str], None] =
     return len(distinct)
 
 
-def cache_files(directory: Path | None = None) -> list[Path]:
-    """The cached data files (``directory``: default :func:`cache_dir`)."""
+def cache_files(directory: Path | None = None, locks: bool = False) -> list[Path]:
+    """The cached data files (``directory``: default :func:`cache_dir`), or with ``locks``
+    the builds' lock files (also those a killed build left without a data file)."""
     directory = directory or cache_dir()
-    return sorted(directory.glob("*.pt.gz")) if directory and directory.is_dir() else []
+    pattern = DATA_PATTERN + (LOCK_SUFFIX if locks else "")
+    return sorted(directory.glob(pattern)) if directory and directory.is_dir() else []
