@@ -50,11 +50,58 @@ def test_extended_run_equals_the_longer_run_trained_in_one_go(tmp_path):
     assert extend_run(tmp_path / "ext", short.run_id(), 40).run_id() == long.run_id()
 
 
+# a CTL classifier whose accuracy moves between evaluations (chance 1/8), so that the best
+# checkpoint is at the first evaluation (seed 0), or at the last step of the source run
+# (seed 5: 0/40 right at step 10, 9/40 at step 20)
+CTL = ("task.name=ctl", "task.train_size=300", "task.iid_valid_size=40", "task.ood_valid_size=40",
+       "task.test_size=40", "task.train_lengths=[1,2]", "task.ood_valid_lengths=[3,3]",
+       "task.test_lengths=[4,4]", "train.lr=0.01", "model.readout=last",
+       "model.attention_mask=bidirectional", "train.eval_max_examples=5",
+       "train.target_metric=iid_valid/exact_match", "train.target_threshold=0.1")
+
+
+@pytest.mark.parametrize("seed, best_step", [(0, 10), (5, 20)])
+def test_a_run_with_capped_evaluations_extends_to_the_longer_run(tmp_path, seed, best_step):
+    """A capped run scores every example at its last step only; the extension re-scores
+    that step with the cap, as the longer run does, so metrics, best checkpoint, target
+    and weights all equal the longer run trained in one go."""
+    short = tiny_config(*CONSTANT, *CTL, f"seed={seed}", "train.steps=20")
+    long = tiny_config(*CONSTANT, *CTL, f"seed={seed}", "train.steps=40")
+    source = Trainer(short, tmp_path / "ext", printer=None).run()
+    assert source["best"]["step"] == best_step
+    full = read_metrics(tmp_path / "ext" / short.run_id())[-1]
+    extended = extend_run(tmp_path / "ext", short.run_id(), 40)
+    summary = Trainer(extended, tmp_path / "ext", printer=None).run(resume=True)
+    clean = Trainer(long, tmp_path / "clean", printer=None).run()
+    a, b = tmp_path / "ext" / long.run_id(), tmp_path / "clean" / long.run_id()
+    assert _timeless(a) == _timeless(b)
+    rescored = read_metrics(a)[1]
+    assert rescored["step"] == 20 and rescored != {**full, "seconds": rescored["seconds"]}
+    assert all(torch.equal(x, y) for x, y in zip(_weights(a).values(), _weights(b).values()))
+    best = [torch.load(d / "checkpoints" / "best.pt", weights_only=True) for d in (a, b)]
+    assert best[0]["step"] == best[1]["step"]
+    assert all(torch.equal(x, y) for x, y in zip(best[0]["model"].values(),
+                                                 best[1]["model"].values()))
+    assert summary["best"] == clean["best"]
+    assert summary["target"]["step"] == clean["target"]["step"]
+
+
+def test_a_capped_run_whose_lost_best_checkpoint_the_longer_run_keeps_is_refused(tmp_path):
+    """Seed 1: 0/40 right at step 10 and 5/40 at step 20, so the source kept step 20 as its
+    best; with the cap at step 20 (0/5) the longer run keeps step 10, whose weights the
+    source overwrote."""
+    config = tiny_config(*CONSTANT, *CTL, "seed=1", "train.steps=20")
+    assert Trainer(config, tmp_path, printer=None).run()["best"]["step"] == 20
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SglabError, match="keeps step 10, whose weights"):
+        extend_run(tmp_path, config.run_id(), 40)
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing
+
+
 @pytest.mark.parametrize("overrides, steps, message", [
     (("train.lr_schedule=cosine",), 40, "decays towards train.steps"),
     ((), 20, "extend it to more than that"),
     (("train.steps=25", "train.log_interval=5"), 40, "not a multiple of its train.eval_interval"),
-    (("train.eval_max_examples=50",), 40, "eval_max_examples"),
 ])
 def test_extension_that_would_differ_from_a_longer_run_is_refused(tmp_path, overrides, steps,
                                                                    message):

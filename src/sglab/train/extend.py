@@ -9,7 +9,10 @@ N`` (a new run id), re-keys its checkpoints to that config and marks it interrup
 step S; training it (``Trainer.run(resume=True)``) then goes on from step S, bit for bit
 as the N-step run would. The result *is* that run: ``sglab run`` or ``sglab sweep`` with
 ``--set train.steps=N`` finds it finished. Its summary names the run it was extended
-from, its ``seconds`` count both parts, and the source run is left untouched.
+from, its ``seconds`` count both parts, and the source run is left untouched. A run that
+caps its evaluations (``train.eval_max_examples``) scored every example at its last step,
+where the longer run scores the cap: that evaluation is redone with the cap from the last
+checkpoint, and the best-checkpoint and target records with it.
 
 :func:`extend_shorter_twin` finds such a source for a run about to be trained: sweeps and
 experiments (:func:`sglab.sweep.jobs.run_job`) train a lone run on from its finished
@@ -18,13 +21,15 @@ shorter twin instead of from step 0.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from pathlib import Path
 
 from sglab.config import RunConfig, dump_yaml, validate
 from sglab.errors import SglabError
-from sglab.io import atomic_write_json, atomic_write_text
+from sglab.io import atomic_write_json, atomic_write_text, json_line
+from sglab.store import read_metrics
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
 from sglab.train.loop import ENSEMBLE_SUFFIX, load_run_config, read_summary_file
 
@@ -64,11 +69,6 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
         raise SglabError(f"run {run_id!r} uses lr_schedule {train.lr_schedule!r}, which decays "
                          "towards train.steps, so its steps differ from those of a longer run; "
                          f"train the {steps}-step run from scratch instead")
-    if train.eval_max_examples is not None:
-        raise SglabError(f"run {run_id!r} caps its evaluations (train.eval_max_examples "
-                         f"{train.eval_max_examples}) except at its last step, where it scored "
-                         f"every example; a {steps}-step run scores the cap there, so the two "
-                         "would differ: train the longer run from scratch instead")
     for name in ("eval_interval", "log_interval"):
         interval = getattr(train, name)
         if done % interval:
@@ -83,16 +83,30 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
     target = runs_dir / extended.run_id()
     if target.exists():
         return extended
+    records = read_metrics(source, kind="all")
+    rescored = (_rescore_last_evaluation(source, extended, records, run_id, done)
+                if train.eval_max_examples is not None else None)
     staging = Path(tempfile.mkdtemp(prefix=f".extending-{extended.run_id()}-", dir=runs_dir))
     try:
         (staging / "checkpoints").mkdir()
         for path in sorted((source / "checkpoints").glob("*.pt")):  # re-keyed to the new config
             state = load_checkpoint(path, config.config_hash())
             state["config_hash"] = extended.config_hash()
+            if rescored is not None and path.name == "last.pt":
+                state["best"], state["target"] = rescored["best"], rescored["target"]
+                if rescored["best_is_last"]:
+                    save_checkpoint(staging / "checkpoints" / "best.pt", {
+                        "step": done, "model": state["model"],
+                        "config_hash": extended.config_hash()})
+            if rescored is not None and path.name == "best.pt" and rescored["best_is_last"]:
+                continue  # written from last.pt
             save_checkpoint(staging / "checkpoints" / path.name, state)
         for name in ("metrics.jsonl", "labels.json"):
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)
+        if rescored is not None:
+            atomic_write_text(staging / "metrics.jsonl",
+                              "".join(json_line(r) + "\n" for r in rescored["records"]))
         atomic_write_text(staging / "config.yaml", dump_yaml(extended))
         atomic_write_json(staging / "summary.json", {
             "run_id": extended.run_id(), "status": "interrupted", "step": done,
@@ -105,6 +119,63 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return extended
+
+
+def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[dict],
+                             run_id: str, done: int) -> dict:
+    """A run that caps its evaluations (``train.eval_max_examples``) scores every example at
+    its last step only; at that step the longer run scores the cap, as at every other
+    evaluation. Re-score the source's last checkpoint the way the longer run does there
+    (:meth:`Trainer.evaluation` with ``last=False``, on the run's device and threads) and
+    redo the best-checkpoint and target records over the evaluations with that line.
+    Returns the metric records, ``best``, ``target`` and whether the best checkpoint is
+    the last one; raises SglabError where the longer run would stop there or would keep a
+    best checkpoint the source overwrote."""
+    from sglab.train.loop import (Trainer, load_trained, resolve_device, select_weights,
+                                  selection_metric, selection_split, torch_threads,
+                                  weight_norms)
+
+    steps = extended.train.steps
+    evaluations = [k for k, r in enumerate(records) if r.get("kind", "eval") == "eval"]
+    if not evaluations or records[evaluations[-1]]["step"] != done:
+        raise SglabError(f"run {run_id!r} has no evaluation record at its last step "
+                         f"{done}; train the {steps}-step run from scratch instead")
+    last_line = records[evaluations[-1]]
+    _, task, model = load_trained(source, "last")
+    trainer = Trainer(extended, source.parent, printer=None)
+    device = resolve_device(extended.train.device)
+    with torch_threads(extended.train.threads, device):
+        model.to(device)
+        record = {"step": done, "lr": last_line["lr"], "seconds": last_line["seconds"]}
+        record.update(trainer.evaluate(task, model, device, extended.train.eval_max_examples))
+        if trainer.should_stop(record):  # as Trainer.evaluation: then score every example
+            record.update(trainer.evaluate(task, model, device, None))
+        record.update(weight_norms(model, select_weights(model, extended.train.weight_norms)))
+    if trainer.should_stop(record):
+        raise SglabError(f"run {run_id!r} reaches its early-stop threshold at its last step "
+                         f"{done}, so a {steps}-step run stops there too: it is this run, "
+                         "and there is nothing to extend")
+    records = [*records[: evaluations[-1]], record, *records[evaluations[-1] + 1:]]
+    split = selection_split(extended, task)
+    metric, threshold = extended.target_metric(), extended.train.target_threshold
+    best = target = None
+    for line in (r for r in records if r.get("kind", "eval") == "eval"):  # as after_eval
+        chosen = selection_metric(split, line)
+        if chosen is not None and (best is None or line[chosen] > best["value"]):
+            best = {"metric": chosen, "split": split, "value": line[chosen], "step": line["step"]}
+        if target is None and metric is not None and line.get(metric, -math.inf) >= threshold:
+            target = {"metric": metric, "threshold": threshold, "step": line["step"],
+                      "seconds": line["seconds"]}
+    kept = (load_checkpoint(source / "checkpoints" / "best.pt", None)["step"]
+            if (source / "checkpoints" / "best.pt").is_file() else None)
+    best_is_last = best is not None and best["step"] == done
+    if best is not None and not best_is_last and best["step"] != kept:
+        raise SglabError(
+            f"run {run_id!r} scored every example at its last step {done} and so kept that "
+            f"step as its best checkpoint; a {steps}-step run scores the cap there and keeps "
+            f"step {best['step']}, whose weights this run no longer has: train the longer run "
+            "from scratch instead")
+    return {"records": records, "best": best, "target": target, "best_is_last": best_is_last}
 
 
 def extend_shorter_twin(runs_dir: str | Path, config: RunConfig) -> str | None:
