@@ -31,7 +31,19 @@ from sglab.errors import SglabError
 from sglab.io import atomic_write_json, atomic_write_text, json_line
 from sglab.store import read_metrics
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
-from sglab.train.loop import ENSEMBLE_SUFFIX, load_run_config, read_summary_file
+from sglab.train.loop import (
+    ENSEMBLE_SUFFIX,
+    Trainer,
+    load_run_config,
+    load_trained,
+    read_summary_file,
+    resolve_device,
+    select_weights,
+    selection_metric,
+    selection_split,
+    torch_threads,
+    weight_norms,
+)
 
 
 def extend_run(runs_dir: str | Path, run_id: str, steps: int):
@@ -131,10 +143,6 @@ def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[di
     Returns the metric records, ``best``, ``target`` and whether the best checkpoint is
     the last one; raises SglabError where the longer run would stop there or would keep a
     best checkpoint the source overwrote."""
-    from sglab.train.loop import (Trainer, load_trained, resolve_device, select_weights,
-                                  selection_metric, selection_split, torch_threads,
-                                  weight_norms)
-
     steps = extended.train.steps
     evaluations = [k for k, r in enumerate(records) if r.get("kind", "eval") == "eval"]
     if not evaluations or records[evaluations[-1]]["step"] != done:
