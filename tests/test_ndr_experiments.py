@@ -165,6 +165,10 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
         assert ndr.model.attention == "geometric" and ndr.model.copy_gate
         assert ndr.train.target_metric == "ood_valid/exact_match"
     assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
+    # the NDR and its depth ablation draw one length per batch (the thesis code's NDR
+    # sweeps bucket by length); every other model mixes lengths within a batch
+    one_length = {key for key, config in runs.items() if config.task.batch_lengths == "one"}
+    assert one_length == {("ndr", "forward"), ("ndr", "backward"), ("ndr@8", "forward")}
     # the gated baselines use the thesis code's layer: 1 head, ReLU data FFN 4 d wide, tanh
     for key in ("rel_gate", "abs_rel_gate"):
         for condition in ("forward", "backward"):

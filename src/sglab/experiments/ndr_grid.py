@@ -110,7 +110,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
                ablation_steps: int | None = None, gated_baseline: dict | None = None,
                variant_steps: dict[str, dict[str, int]] | None = None,
                betas: tuple[float, float] = (0.9, 0.99), baseline_sampling: str | None = None,
-               scored_classes: str = "vocabulary", quiet: bool = True) -> dict[str, Any]:
+               scored_classes: str = "vocabulary", ndr_task: dict[str, Any] | None = None,
+               quiet: bool = True) -> dict[str, Any]:
     """CTL grid: thesis Table D.3 shapes, scaled by width, batch and steps; with
     ``act_steps`` also the ACT rows of Table D.2 (14 steps at most, trained that long).
     ``gated_eval_layers``: the copy-gated models train with ``ndr_layers`` steps and are
@@ -127,7 +128,9 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
     ablation, where it differs (the thesis code buckets lengths only in the NDR's sweeps,
     ``ctl_ndr_geometric.yaml`` and ``ctl_ndr_layer_ablation.yaml``; its baselines, gated
     ones included, train on mixed-length batches). ``scored_classes``: the CTL task's field
-    (``labels``: every classifier scores the 8 symbols only, as the thesis code's heads)."""
+    (``labels``: every classifier scores the 8 symbols only, as the thesis code's heads).
+    ``ndr_task``: task fields of the NDR and its depth ablation alone (e.g. one length per
+    batch, as the thesis code's NDR sweeps sample)."""
     models = transformer_variants(
         d_model=d_model, n_heads=4, n_layers=plain_layers, d_ff=2 * d_model, dropout=dropout,
         gated_d_model=gated_d_model, gated_heads=gated_heads, gated_layers=ndr_layers,
@@ -155,6 +158,8 @@ def ctl_preset(steps: int, gated_steps: int, ndr_steps: int, lstm_steps: int, se
         variants[key] = {"model": spec, "train": {"steps": lstm_steps, "weight_decay": 0.0,
                                                   "lr": 1e-3, "batch_size": lstm_batch or batch},
                          "extra": {"task": {"boundary_tokens": False}}}
+    if ndr_task:
+        variants["ndr"].setdefault("extra", {}).setdefault("task", {}).update(ndr_task)
     if baseline_sampling:
         for key, spec in variants.items():
             if key != "ndr":
