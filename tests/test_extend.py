@@ -113,12 +113,27 @@ def test_extension_that_would_differ_from_a_longer_run_is_refused(tmp_path, over
     assert sorted(p.name for p in tmp_path.iterdir()) == listing
 
 
-def test_unfinished_or_early_stopped_run_is_refused(tmp_path):
-    stopped = tiny_config(*CONSTANT, "train.steps=40", "train.early_stop_metric=iid_test/loss",
-                          "train.early_stop_threshold=-1e9")  # loss >= -1e9: stops at once
-    assert Trainer(stopped, tmp_path, printer=None).run()["stopped_early"]
-    with pytest.raises(SglabError, match="stopped early at step 10"):
-        extend_run(tmp_path, stopped.run_id(), 80)
+def test_an_early_stopped_run_is_the_longer_run_already(tmp_path):
+    """A longer run of a config that stopped early stops at the same step: the extension
+    is a finished copy under the longer config's id, equal to that run trained in one go."""
+    stop = ("train.early_stop_metric=iid_test/loss", "train.early_stop_threshold=-1e9")
+    stopped = tiny_config(*CONSTANT, "train.steps=40", *stop)  # loss >= -1e9: stops at once
+    assert Trainer(stopped, tmp_path / "ext", printer=None).run()["stopped_early"]
+    extended = extend_run(tmp_path / "ext", stopped.run_id(), 80)
+    summary = Trainer(extended, tmp_path / "ext", printer=None).run(resume=True)
+    clean = Trainer(tiny_config(*CONSTANT, "train.steps=80", *stop), tmp_path / "clean",
+                    printer=None).run()
+    assert extended.run_id() == clean["run_id"] == summary["run_id"] != stopped.run_id()
+    assert (summary["status"], summary["step"], summary["steps"]) == ("finished", 10, 80)
+    timeless = [{k: v for k, v in run["final"].items() if k != "seconds"} for run in (summary, clean)]
+    assert summary["stopped_early"] and timeless[0] == timeless[1]
+    assert summary["extended_from"] == {"run_id": stopped.run_id(), "step": 10}
+    a, b = tmp_path / "ext" / extended.run_id(), tmp_path / "clean" / extended.run_id()
+    assert _timeless(a) == _timeless(b)
+    assert all(torch.equal(x, y) for x, y in zip(_weights(a).values(), _weights(b).values()))
+
+
+def test_unfinished_run_is_refused(tmp_path):
     config = tiny_config(*CONSTANT, "train.steps=20")
     run_dir = tmp_path / config.run_id()
     Trainer(config, tmp_path, printer=None).run()

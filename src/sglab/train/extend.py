@@ -12,7 +12,9 @@ as the N-step run would. The result *is* that run: ``sglab run`` or ``sglab swee
 from, its ``seconds`` count both parts, and the source run is left untouched. A run that
 caps its evaluations (``train.eval_max_examples``) scored every example at its last step,
 where the longer run scores the cap: that evaluation is redone with the cap from the last
-checkpoint, and the best-checkpoint and target records with it.
+checkpoint, and the best-checkpoint and target records with it. A run that stopped early
+(``train.early_stop_metric``) is the longer run already: it is copied, finished, under the
+longer config's id.
 
 :func:`extend_shorter_twin` finds such a source for a run about to be trained: sweeps and
 experiments (:func:`sglab.sweep.jobs.run_job`) train a lone run on from its finished
@@ -69,10 +71,6 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
         raise SglabError(f"run {run_id!r} is not finished (status "
                          f"{summary.get('status', 'unknown')!r}); finish it first with "
                          f"`sglab train --resume {run_id}`, then extend it")
-    if summary.get("stopped_early"):
-        raise SglabError(f"run {run_id!r} stopped early at step {summary.get('step')}; a "
-                         "longer run of its config stops there too, so there is nothing to "
-                         "extend")
     if steps <= done:
         raise SglabError(f"run {run_id!r} has {done} steps; extend it to more than that "
                          f"(--steps {steps} given)")
@@ -81,6 +79,16 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
         raise SglabError(f"run {run_id!r} uses lr_schedule {train.lr_schedule!r}, which decays "
                          "towards train.steps, so its steps differ from those of a longer run; "
                          f"train the {steps}-step run from scratch instead")
+    if summary.get("stopped_early"):
+        if summary.get("step", done) >= done and train.eval_max_examples is not None:
+            raise SglabError(f"run {run_id!r} stopped at its last step {done} on an "
+                             "evaluation of every example, which a longer run does not make "
+                             f"there; train the {steps}-step run from scratch instead")
+        extended = _longer(config, steps)
+        _write_extension(source, config, extended, {  # the longer run stops there too
+            **summary, "run_id": extended.run_id(), "steps": steps,
+            "extended_from": {"run_id": run_id, "step": summary["step"]}})
+        return extended
     for name in ("eval_interval", "log_interval"):
         interval = getattr(train, name)
         if done % interval:
@@ -89,16 +97,34 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
                 f"train.{name} ({interval}); a {steps}-step run would not evaluate and log "
                 "there as this run did, so the two would differ: train the longer run from "
                 "scratch instead")
-    data = config.to_dict()
-    data["train"]["steps"] = steps
-    extended = validate(RunConfig, data)
-    target = runs_dir / extended.run_id()
-    if target.exists():
+    extended = _longer(config, steps)
+    if (runs_dir / extended.run_id()).exists():
         return extended
     records = read_metrics(source, kind="all")
     rescored = (_rescore_last_evaluation(source, extended, records, run_id, done)
                 if train.eval_max_examples is not None else None)
-    staging = Path(tempfile.mkdtemp(prefix=f".extending-{extended.run_id()}-", dir=runs_dir))
+    _write_extension(source, config, extended, {
+        "run_id": extended.run_id(), "status": "interrupted", "step": done,
+        "extended_from": {"run_id": run_id, "step": done}}, rescored)
+    return extended
+
+
+def _longer(config: RunConfig, steps: int) -> RunConfig:
+    data = config.to_dict()
+    data["train"]["steps"] = steps
+    return validate(RunConfig, data)
+
+
+def _write_extension(source: Path, config: RunConfig, extended: RunConfig, summary: dict,
+                     rescored: dict | None = None) -> None:
+    """Copy ``source`` into the run directory of ``extended`` (unless it exists): its
+    checkpoints re-keyed to that config, its metrics (``rescored``'s where given), labels,
+    the config and ``summary``; written in a staging directory and renamed into place."""
+    target = source.parent / extended.run_id()
+    if target.exists():
+        return
+    done = config.train.steps
+    staging = Path(tempfile.mkdtemp(prefix=f".extending-{extended.run_id()}-", dir=source.parent))
     try:
         (staging / "checkpoints").mkdir()
         for path in sorted((source / "checkpoints").glob("*.pt")):  # re-keyed to the new config
@@ -120,9 +146,7 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
             atomic_write_text(staging / "metrics.jsonl",
                               "".join(json_line(r) + "\n" for r in rescored["records"]))
         atomic_write_text(staging / "config.yaml", dump_yaml(extended))
-        atomic_write_json(staging / "summary.json", {
-            "run_id": extended.run_id(), "status": "interrupted", "step": done,
-            "extended_from": {"run_id": run_id, "step": done}})
+        atomic_write_json(staging / "summary.json", summary)
         try:
             staging.rename(target)
         except OSError:  # another process prepared or started the run meanwhile
@@ -130,7 +154,6 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return extended
 
 
 def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[dict],
