@@ -118,12 +118,13 @@ class NDRCTL(NDRExperiment):
         # left the plateau after 3k-6.25k steps and had test 0.85 at 11.75k; with the
         # symbols-only readout seed 0 had test 0.876 at 16k, still rising), the other
         # gated-baseline runs 3k (not asserted),
-        # the NDR 6k forward / up to 32k backward (early stop at OOD validation 0.998; the
+        # the NDR 6k forward / up to 48k backward (early stop at OOD validation 0.998; the
         # backward readout -- <E> must find the leftmost function at a length-dependent
         # distance -- is learned last, one length at a time: with 16k steps seed 0 stood
         # at test 0.17 here, and went on to 0.99 by 30k), both directions on one length per
         # batch (the thesis code's NDR sweeps bucket by length; no padding, and the
-        # backward NDR of seed 0 reached test 0.93 at 16k steps against 0.17 mixed); the
+        # backward NDR of seed 0 reached test 0.93 at 16k steps against 0.17 mixed; it
+        # stops at 20,250, seed 1 at 42,250); the
         # gated models are evaluated with 20 steps (a trained 14-step NDR solved 9-10
         # functions at 0.71 with 14 test steps and 0.99 with 18-20: copying columns make
         # extra steps harmless, as in the thesis's ListOps NDR, 20 / 24); depth ablation:
@@ -131,7 +132,7 @@ class NDRCTL(NDRExperiment):
         # (task.scored_classes=labels, the thesis code's heads): over the whole vocabulary the
         # gated baselines' tanh update saturated in the first 25 steps.
         "default": ctl_preset(steps=1500, gated_steps=3000, ndr_steps=6000,
-                              ndr_backward_steps=32_000, lstm_steps=2000, lr=2e-3, dropout=0.0,
+                              ndr_backward_steps=48_000, lstm_steps=2000, lr=2e-3, dropout=0.0,
                               seeds=[0], d_model=64, gated_d_model=64, gated_heads=4, batch=64,
                               eval_every=250, train_size=50_000, depth_ablation=[8],
                               ablation_conditions=["forward"], ablation_steps=4000,
