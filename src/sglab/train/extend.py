@@ -23,7 +23,6 @@ shorter twin instead of from step 0.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,7 +40,6 @@ from sglab.train.loop import (
     read_summary_file,
     resolve_device,
     select_weights,
-    selection_metric,
     selection_split,
     torch_threads,
     weight_norms,
@@ -101,7 +99,8 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
     if (runs_dir / extended.run_id()).exists():
         return extended
     records = read_metrics(source, kind="all")
-    rescored = (_rescore_last_evaluation(source, extended, records, run_id, done)
+    rescored = (_rescore_last_evaluation(source, extended, records, run_id, done,
+                                         summary.get("best"))
                 if train.eval_max_examples is not None else None)
     _write_extension(source, config, extended, {
         "run_id": extended.run_id(), "status": "interrupted", "step": done,
@@ -157,15 +156,16 @@ def _write_extension(source: Path, config: RunConfig, extended: RunConfig, summa
 
 
 def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[dict],
-                             run_id: str, done: int) -> dict:
+                             run_id: str, done: int, kept_best: dict | None) -> dict:
     """A run that caps its evaluations (``train.eval_max_examples``) scores every example at
     its last step only; at that step the longer run scores the cap, as at every other
     evaluation. Re-score the source's last checkpoint the way the longer run does there
     (:meth:`Trainer.evaluation` with ``last=False``, on the run's device and threads) and
     redo the best-checkpoint and target records over the evaluations with that line.
-    Returns the metric records, ``best``, ``target`` and whether the best checkpoint is
-    the last one; raises SglabError where the longer run would stop there or would keep a
-    best checkpoint the source overwrote."""
+    ``kept_best``: the source's best-checkpoint record (its summary's). Returns the metric
+    records, ``best``, ``target`` and whether the best checkpoint is the last one; raises
+    SglabError where the longer run would stop there or would keep a best checkpoint the
+    source overwrote."""
     steps = extended.train.steps
     evaluations = [k for k, r in enumerate(records) if r.get("kind", "eval") == "eval"]
     if not evaluations or records[evaluations[-1]]["step"] != done:
@@ -187,18 +187,11 @@ def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[di
                          f"{done}, so a {steps}-step run stops there too: it is this run, "
                          "and there is nothing to extend")
     records = [*records[: evaluations[-1]], record, *records[evaluations[-1] + 1:]]
-    split = selection_split(extended, task)
-    metric, threshold = extended.target_metric(), extended.train.target_threshold
+    trainer.select_on = selection_split(extended, task)
     best = target = None
-    for line in (r for r in records if r.get("kind", "eval") == "eval"):  # as after_eval
-        chosen = selection_metric(split, line)
-        if chosen is not None and (best is None or line[chosen] > best["value"]):
-            best = {"metric": chosen, "split": split, "value": line[chosen], "step": line["step"]}
-        if target is None and metric is not None and line.get(metric, -math.inf) >= threshold:
-            target = {"metric": metric, "threshold": threshold, "step": line["step"],
-                      "seconds": line["seconds"]}
-    kept = (load_checkpoint(source / "checkpoints" / "best.pt", None)["step"]
-            if (source / "checkpoints" / "best.pt").is_file() else None)
+    for line in (r for r in records if r.get("kind", "eval") == "eval"):
+        best, target = trainer.track(line, best, target)
+    kept = (kept_best or {}).get("step")  # the source's best.pt
     best_is_last = best is not None and best["step"] == done
     if best is not None and not best_is_last and best["step"] != kept:
         raise SglabError(

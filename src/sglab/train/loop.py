@@ -460,19 +460,27 @@ class Trainer:
 
     def after_eval(self, record, best, target, model):
         """Track the best checkpoint and the first crossing of the target; decide stopping."""
-        cfg = self.config.train
+        improved, target = self.track(record, best, target)
+        if improved is not best:
+            best = improved
+            save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
+                            {"step": record["step"], "model": model.state_dict(),
+                             "config_hash": self.config.config_hash()})
+        return best, target, self.should_stop(record)
+
+    def track(self, record: dict, best: dict | None, target: dict | None
+              ) -> tuple[dict | None, dict | None]:
+        """The best-checkpoint and target records after evaluation ``record`` (``best`` is
+        replaced only by a strictly better selection value; ``target`` is the first crossing)."""
         selection = selection_metric(self.select_on, record)
         if selection is not None and (best is None or record[selection] > best["value"]):
             best = {"metric": selection, "split": self.select_on, "value": record[selection],
                     "step": record["step"]}
-            save_checkpoint(self.run_dir / "checkpoints" / "best.pt",
-                            {"step": record["step"], "model": model.state_dict(),
-                             "config_hash": self.config.config_hash()})
-        metric = self.config.target_metric()
-        if target is None and metric is not None and record.get(metric, -math.inf) >= cfg.target_threshold:
-            target = {"metric": metric, "threshold": cfg.target_threshold,
+        metric, threshold = self.config.target_metric(), self.config.train.target_threshold
+        if target is None and metric is not None and record.get(metric, -math.inf) >= threshold:
+            target = {"metric": metric, "threshold": threshold,
                       "step": record["step"], "seconds": record["seconds"]}
-        return best, target, self.should_stop(record)
+        return best, target
 
     def should_stop(self, record: dict) -> bool:
         cfg = self.config.train
