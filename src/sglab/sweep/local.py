@@ -33,7 +33,9 @@ from sglab.sweep.jobs import (
     plan_jobs,
     run_job,
     summary_line,
+    sweep_run_ids,
 )
+from sglab.sweep.progress import PROGRESS_SECONDS, Heartbeat, progress_line
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -78,9 +80,12 @@ def plan_placement(n_jobs: int, workers: int | None = None,
 
 def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | None = None,
                 threads: int | None = None, tag: str | None = None, quiet: bool = False,
-                printer=print, ensemble: bool = True) -> list[dict]:
+                printer=print, ensemble: bool = True,
+                progress_seconds: float = PROGRESS_SECONDS) -> list[dict]:
     """Train every config (skipping finished ones); returns summaries in input order.
-    No configs (an analysis-only experiment): a no-op returning ``[]``."""
+    No configs (an analysis-only experiment): a no-op returning ``[]``. With ``quiet``
+    trainers a progress line (:mod:`sglab.sweep.progress`) comes every
+    ``progress_seconds`` (0: never)."""
     if not configs:
         return []
     runs_dir = str(runs_dir)
@@ -93,8 +98,8 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
     RunStore(runs_dir).ensure()
     results: list[dict | None] = [None] * len(configs)
     payloads = [[configs[i].to_dict() for i in job] for job in jobs]
-    modes = executions(configs, ensemble)
-    done = 0
+    modes, run_ids = executions(configs, ensemble), sweep_run_ids(configs, ensemble)
+    done, started = 0, time.time()
 
     def collect(job, summaries):
         nonlocal done
@@ -103,16 +108,21 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
             done += 1
             printer(f"sweep: {done}/{len(configs)} done: {summary_line(summary)}")
 
-    if workers == 1:
-        for job, payload in zip(jobs, payloads):
-            collect(job, run_job(payload, runs_dir, threads, tag, quiet, modes[job[0]]))
-        return results  # type: ignore[return-value]
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
-                             initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet, modes[job[0]]): job
-                   for job, payload in zip(jobs, payloads)}
-        for future in as_completed(futures):
-            collect(futures[future], future.result())
+    def progress() -> str:
+        return progress_line([run_id for run_id, result in zip(run_ids, results) if result is None],
+                             runs_dir, done, len(configs), started)
+
+    with Heartbeat(printer, progress, progress_seconds if quiet else 0):
+        if workers == 1:
+            for job, payload in zip(jobs, payloads):
+                collect(job, run_job(payload, runs_dir, threads, tag, quiet, modes[job[0]]))
+            return results  # type: ignore[return-value]
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
+            futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet,
+                                   modes[job[0]]): job for job, payload in zip(jobs, payloads)}
+            for future in as_completed(futures):
+                collect(futures[future], future.result())
     return results  # type: ignore[return-value]

@@ -21,6 +21,7 @@ from sglab.config import RunConfig
 from sglab.errors import SglabError
 from sglab.store import RunStore
 from sglab.sweep.jobs import describe_jobs, executions, plan_jobs, run_job, summary_line, sweep_run_ids
+from sglab.sweep.progress import PROGRESS_SECONDS, progress_line
 
 
 def import_ray():
@@ -58,7 +59,8 @@ def wants_gpu(config: RunConfig, cluster_gpus: int) -> bool:
 def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str | None = None,
                     threads: int | None = None, tag: str | None = None, quiet: bool = True,
                     printer=print, ensemble: bool = True, max_retries: int = 3,
-                    poll_seconds: float = 10.0) -> list[dict]:
+                    poll_seconds: float = 10.0,
+                    progress_seconds: float = PROGRESS_SECONDS) -> list[dict]:
     """Train every config on a Ray cluster (or a local Ray instance when address is None)."""
     if not configs:
         return []
@@ -85,7 +87,7 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                                  modes[job[0]])
             pending[ref] = job
         results: list[dict | None] = [None] * len(configs)
-        done, last_report = 0, time.monotonic()
+        done, last_report, started = 0, time.monotonic(), time.time()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=poll_seconds)
             for ref in ready:
@@ -99,8 +101,10 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                     results[index] = summary
                     done += 1
                     printer(f"sweep (ray): {done}/{len(configs)} done: {summary_line(summary)}")
-            if not ready or time.monotonic() - last_report > 60:
-                printer(f"sweep (ray): {done}/{len(configs)} runs done, {len(pending)} job(s) "
-                        "running or queued")
+            if time.monotonic() - last_report > progress_seconds:
+                left = [run_id for run_id, result in zip(run_ids, results) if result is None]
+                printer(progress_line(left, runs_dir, done, len(configs), started,
+                                      prefix="sweep (ray)")
+                        + f" ({len(pending)} job(s) running or queued)")
                 last_report = time.monotonic()
         return results  # type: ignore[return-value]
