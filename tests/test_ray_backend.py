@@ -72,18 +72,23 @@ def test_ray_sweep_survives_a_killed_worker_and_lands_in_the_store(local_ray, tm
                                seeds=2))
     runs = tmp_path / "runs"
     killed: list[int] = []
+    printed: list[str] = []
     sweep_done = threading.Event()
     watcher = threading.Thread(target=kill_a_worker_after_first_checkpoint,
                                args=(runs / sweep_run_ids(configs, True)[0], killed, sweep_done))
     watcher.start()
     try:
-        summaries = run_configs_ray(configs, runs, tag="ray-test", printer=lambda _: None,
-                                    poll_seconds=1.0)
+        summaries = run_configs_ray(configs, runs, tag="ray-test", printer=printed.append,
+                                    poll_seconds=1.0, progress_seconds=0)
     finally:
         sweep_done.set()
         watcher.join()
     assert killed, "no Ray worker was running a job when the first checkpoint appeared"
     assert [s["status"] for s in summaries] == ["finished"] * 4
+    # with progress_seconds 0 every poll prints the progress line, read from the run store
+    progress = [line for line in printed if "job(s) running or queued" in line]
+    assert progress and all(line.startswith("sweep (ray): ") for line in progress)
+    assert any(" step " in line for line in progress), progress
     # (each cell's seeds start as one ensemble; a retry trains members whose checkpoints
     # are at different steps separately, so the summaries need not say "ensemble_size")
     for run_id in sweep_run_ids(configs, True):  # the retry resumed: one line per evaluation
