@@ -8,7 +8,7 @@ import time
 from sglab.config import build_run_config
 from sglab.sweep import local
 from sglab.sweep.local import run_configs
-from sglab.sweep.progress import SHOWN_RUNS, Heartbeat, last_record, progress_line
+from sglab.sweep.progress import SHOWN_RUNS, Heartbeat, progress_line, run_progress
 from tests.test_store_and_sweep import TINY
 
 
@@ -20,11 +20,15 @@ def _run_dir(root, run_id, records, summary):
     return run_dir
 
 
-def test_last_record_skips_a_line_still_being_written(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 250, "x": 1}\n{"step": 500, "x": 2}\n{"step": 75')
-    assert last_record(path) == {"step": 500, "x": 2}
-    assert last_record(tmp_path / "missing.jsonl") is None
+def test_run_progress_reads_the_last_evaluation_past_train_lines_and_a_half_written_one(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert run_progress(run_dir) == "starting"  # no metrics.jsonl yet
+    (run_dir / "summary.json").write_text(json.dumps({"steps": 1000, "target_metric": "m"}))
+    (run_dir / "metrics.jsonl").write_text(
+        '{"step": 250, "m": 0.1}\n{"step": 500, "m": 0.2}\n'
+        '{"kind": "train", "step": 600, "train/loss": 0.5}\n{"step": 75')
+    assert run_progress(run_dir) == "step 500/1,000 m 0.200"
 
 
 def test_progress_line_names_the_runs_written_since_the_start_with_step_and_target(tmp_path):

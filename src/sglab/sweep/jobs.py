@@ -192,12 +192,14 @@ def executions(configs: list[RunConfig], ensemble: bool) -> list[str]:
     return ["ensemble" if key is not None and sizes[key] > 1 else "alone" for key in keys]
 
 
-def sweep_run_ids(configs: list[RunConfig], ensemble: bool) -> list[str]:
-    """The run id each config of a sweep trains under (see :func:`executions`)."""
+def sweep_run_ids(configs: list[RunConfig], ensemble: bool,
+                  modes: list[str] | None = None) -> list[str]:
+    """The run id each config of a sweep trains under (see :func:`executions`; ``modes``:
+    their result, when the caller has it already)."""
     from sglab.train.loop import execution_run_id
 
-    return [execution_run_id(config, execution)
-            for config, execution in zip(configs, executions(configs, ensemble))]
+    modes = executions(configs, ensemble) if modes is None else modes
+    return [execution_run_id(config, execution) for config, execution in zip(configs, modes)]
 
 
 def _is_finished(run_id: str, runs_dir: Path) -> bool:

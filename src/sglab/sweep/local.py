@@ -98,7 +98,8 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
     RunStore(runs_dir).ensure()
     results: list[dict | None] = [None] * len(configs)
     payloads = [[configs[i].to_dict() for i in job] for job in jobs]
-    modes, run_ids = executions(configs, ensemble), sweep_run_ids(configs, ensemble)
+    modes = executions(configs, ensemble)
+    run_ids = sweep_run_ids(configs, ensemble, modes)
     done, started = 0, time.time()
 
     def collect(job, summaries):

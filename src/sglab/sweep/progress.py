@@ -4,7 +4,7 @@ Runs of a sweep with quiet trainers (or spread over workers) print nothing until
 finish, which for the longest ones can be an hour. While such a sweep runs, a background
 thread (:class:`Heartbeat`) prints one line every so often, read from the run store: the
 runs done, and each run written to since the sweep started and not done yet, with its
-last evaluated step and its target metric there (the last line of its ``metrics.jsonl``).
+last evaluated step and its target metric there (its last evaluation in ``metrics.jsonl``).
 Reading only files the runs already write, it works the same for every backend whose run
 store this process can read.
 """
@@ -17,42 +17,27 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sglab.store import read_metrics
+
 PROGRESS_SECONDS = 120.0  # how often a quiet sweep says where it stands
 SHOWN_RUNS = 4  # runs named in one line; the rest are counted
-
-
-def last_record(path: Path, chunk: int = 65_536) -> dict | None:
-    """The last complete JSON line of ``path`` (read from the end), or None."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(size - chunk, 0))
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line still being written, or cut by the chunk's start
-            continue
-        if isinstance(record, dict):
-            return record
-    return None
 
 
 def run_progress(run_dir: Path) -> str:
     """``step S/N`` and the target metric at the run's last evaluation, for one run (the
     steps and the metric's name from its ``summary.json``)."""
-    record = last_record(run_dir / "metrics.jsonl") or {}
+    try:
+        evaluations = read_metrics(run_dir)
+    except ValueError:  # a line caught half-written: no record this time
+        evaluations = []
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         summary = {}
-    step, steps, target_metric = record.get("step"), summary.get("steps"), summary.get("target_metric")
-    if step is None:
+    if not evaluations:
         return "starting"
-    text = f"step {step:,}" + (f"/{steps:,}" if isinstance(steps, int) else "")
+    record, steps, target_metric = evaluations[-1], summary.get("steps"), summary.get("target_metric")
+    text = f"step {record['step']:,}" + (f"/{steps:,}" if isinstance(steps, int) else "")
     value = record.get(target_metric) if target_metric else None
     if isinstance(value, (int, float)):
         text += f" {target_metric} {value:.3f}"

@@ -77,7 +77,8 @@ def run_configs_ray(configs: list[RunConfig], runs_dir: str | Path, address: str
                 f"{cluster_cpus} CPU(s) and {cluster_gpus} GPU(s) in the cluster, {threads} CPU(s) "
                 "per job" + (", one GPU per CUDA job" if cluster_gpus else ""))
         remote = ray.remote(run_job)
-        modes, run_ids = executions(configs, ensemble), sweep_run_ids(configs, ensemble)
+        modes = executions(configs, ensemble)
+        run_ids = sweep_run_ids(configs, ensemble, modes)
         pending = {}
         for job in jobs:
             gpus = 1 if any(wants_gpu(configs[i], cluster_gpus) for i in job) else 0
