@@ -59,10 +59,24 @@ def test_claims_on_hand_built_measurements():
     claims = {c.id: c for c in exp.claims(params, valid, share)}
     assert not claims["sharing-falls-with-size"].passed  # 0.6 at 400 vs 0.95 at 800
     assert not claims["beta-transfers-across-sizes"].passed  # indices 2 and 0
-    assert not claims["sharing-insensitive-to-beta"].passed  # 400: 0.9 down to 0.6
+    # 800's only valid beta is the smallest: no range of valid betas (400's spans two steps)
+    insensitive = claims["accuracy-insensitive-to-beta"]
+    assert not insensitive.passed and "800-800-400 valid range [grid steps] 0" in insensitive.evidence
+    assert "400-400-200 valid range [grid steps] 2" in insensitive.evidence
+    # the sharing's change over the valid betas is reported, not judged (400: 0.9 to 0.6)
+    assert "400-400-200 add shared, max - min over valid betas 0.3" in insensitive.evidence
     # fewer than two sizes with a valid beta: nothing to compare
     valid = {"200-200-100": [], "400-400-200": b[:1], "800-800-400": []}
     assert all(c.passed is None for c in exp.claims(params, valid, share))
+
+
+def test_valid_range_counts_consecutive_valid_betas_up_to_the_chosen_one():
+    from sglab.experiments.weight_masks_sharing import valid_run
+    betas = ["1e-05", "3e-05", "0.0001", "0.0003", "0.001"]
+    assert valid_run(betas, betas[:4]) == 3
+    assert valid_run(betas, ["3e-05", "0.0001"]) == 1
+    assert valid_run(betas, ["1e-05", "0.0003"]) == 0  # 1e-4 between them fails
+    assert valid_run(betas, ["1e-05"]) == 0
 
 
 def test_bad_grids_are_errors():
@@ -87,7 +101,7 @@ def test_quick_preset_end_to_end(tmp_path):
         assert f"base_run: {bases[mask['size']]}" in config
         assert f"beta: {float(mask['beta'])}" in config
     assert {c["id"] for c in results["claims"]} == {
-        "beta-transfers-across-sizes", "sharing-insensitive-to-beta", "sharing-falls-with-size"}
+        "beta-transfers-across-sizes", "accuracy-insensitive-to-beta", "sharing-falls-with-size"}
     assert all(c["passed"] is None for c in results["claims"])  # the quick nets learn nothing
     section = results["sections"][0]
     assert len(section["tables"][0]["rows"]) == len(bases) * len(params["betas"])

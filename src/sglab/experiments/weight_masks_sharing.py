@@ -18,7 +18,7 @@ from typing import Any
 from sglab.analysis import weight_masks as wm
 from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
-from sglab.experiments.claims import at_most, claim, greater_than, not_measurable
+from sglab.experiments.claims import at_least, at_most, claim, greater_than, not_measurable
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
 from sglab.experiments.weight_masks import base_arm, guarded, mask_arm
 from sglab.registry import register_experiment
@@ -31,6 +31,16 @@ MASKS = {"full": "all", "add": "add", "mul": "mul"}  # mask name -> task.subset
 
 def beta_label(beta: float) -> str:
     return f"{beta:g}"
+
+
+def valid_run(betas: list[str], valid: list[str]) -> int:
+    """Grid steps covered by the run of consecutive valid betas that ends at the largest
+    valid one (the chosen beta): 0 when the beta below it is not valid."""
+    index = betas.index(valid[-1])
+    start = index
+    while start > 0 and betas[start - 1] in valid:
+        start -= 1
+    return index - start
 
 
 def size_label(hidden: list[int]) -> str:
@@ -48,9 +58,9 @@ def preset(sizes, betas, base_steps, mask_steps, seeds, valid) -> dict[str, Any]
             # B.3.3: a mask is valid while the full-task mask keeps this share of the
             # unmasked accuracy
             "keep_min": 0.95,
-            # Fig. B.4 ("not very sensitive"): the largest change of the add mask's total
-            # sharing over the valid betas of one size
-            "beta_range_max": 0.1}
+            # Fig. B.4 ("not very sensitive to the exact choice of beta"): the full-task
+            # mask stays valid over at least this many grid steps of beta up to the chosen one
+            "valid_range_min": 1}
 
 
 class MaskSharing(Experiment):
@@ -219,7 +229,9 @@ class MaskSharing(Experiment):
 
     def claims(self, params, valid: dict[str, list[str]],
                share: dict[str, dict[str, float]]) -> list:
-        """B.4: beta transfers between sizes and sharing is not very sensitive to it; B.5:
+        """B.4: beta transfers between sizes and the full-task mask is not very sensitive
+        to it (the authors' plot of Fig. B.4, ``paper/plot_mask_weight_sensivity.py`` in
+        their weight-mask code: accuracy on the y-axis, sharing as the colour); B.5:
         larger nets share less. A size whose full-task mask fails at every beta is left out
         (B.3.3 finds no beta for it: the thesis's advice is a net large enough to mask)."""
         betas = [beta_label(b) for b in params["betas"]]
@@ -230,9 +242,11 @@ class MaskSharing(Experiment):
         statements = {
             "beta-transfers-across-sizes": "The beta chosen by B.3.3's rule transfers between "
             "network sizes: the sizes' chosen betas lie within one grid step (Fig. B.4).",
-            "sharing-insensitive-to-beta": "At every size, the add mask's total sharing "
-            f"changes by at most {params['beta_range_max']:g} over the betas whose full-task "
-            "mask is valid (Fig. B.4: 'not very sensitive to the exact choice of beta').",
+            "accuracy-insensitive-to-beta": "At every size, the full-task mask keeps its "
+            f"accuracy over a range of beta: at least {params['valid_range_min']} grid step(s) "
+            "of valid betas end at the chosen one, so a beta a step smaller is valid too "
+            "(Fig. B.4: the full-task mask's accuracy against beta, 'not very sensitive to the "
+            "exact choice of beta'; the add mask's sharing, the figure's colour, is reported).",
             "sharing-falls-with-size": "The add mask shares fewer of its weights with the mul "
             "mask in a larger net, each at its chosen beta (Fig. B.5).",
         }
@@ -247,13 +261,13 @@ class MaskSharing(Experiment):
                           "spread [grid steps]": max(steps) - min(steps)},
                          [at_most("spread [grid steps]", 1)],
                          context="sizes " + ", ".join(usable) + (f"; {note}" if note else ""))
-        shared = {f"{s} add shared, valid betas": [share[s][b] for b in valid[s]]
-                  for s in usable}
-        spans = {f"{s} span": max(share[s][b] for b in valid[s]) -
-                 min(share[s][b] for b in valid[s]) for s in usable}
-        insensitive = claim("sharing-insensitive-to-beta",
-                            statements["sharing-insensitive-to-beta"], shared | spans,
-                            [at_most(name, params["beta_range_max"]) for name in spans],
+        ranges = {f"{s} valid range [grid steps]": valid_run(betas, valid[s]) for s in usable}
+        spans = {f"{s} add shared, max - min over valid betas":
+                 max(share[s][b] for b in valid[s]) - min(share[s][b] for b in valid[s])
+                 for s in usable}
+        insensitive = claim("accuracy-insensitive-to-beta",
+                            statements["accuracy-insensitive-to-beta"], ranges | spans,
+                            [at_least(name, params["valid_range_min"]) for name in ranges],
                             context=note)
         at_choice = {f"{s} add shared": share[s][chosen[s]] for s in usable}
         names = list(at_choice)
