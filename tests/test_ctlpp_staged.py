@@ -3,6 +3,7 @@
 import pytest
 
 from sglab import registry
+from sglab.cli import main
 from sglab.experiments import run_experiment
 from sglab.experiments.ctlpp_staged import rise_along_axes
 
@@ -22,6 +23,29 @@ def test_presets_cover_the_thesis_grid_and_the_corners():
     default = experiment.configs(experiment.preset("default"), [])
     assert {(c.task.shared_functions, c.task.shared_symbols) for c in default} == {
         (4, 2), (4, 6), (16, 2), (16, 6)}
+    assert {c.model.name for c in default} == {"lstm"} and len(default) == 8
+
+
+def test_default_adds_the_cpu_size_ndr_on_request(tmp_path, capsys):
+    experiment = registry.experiment("ctlpp-staged")
+    bilstm_only = experiment.configs(experiment.preset("default"), [])
+    both = experiment.configs(experiment.preset(
+        "default", changes=["train_models=[ndr,bilstm]"]), [])
+    ndr = [c for c in both if c.model.name == "transformer"]
+    assert len(ndr) == 8 and [c for c in both if c.model.name == "lstm"] == bilstm_only
+    # the `ctlpp` default's NDR, trained long and resumable along the way
+    ctlpp_ndr = next(c for c in registry.experiment("ctlpp").configs(
+        registry.experiment("ctlpp").preset("default"), []) if c.model.name == "transformer")
+    assert ndr[0].model == ctlpp_ndr.model
+    assert (ndr[0].train.batch_size, ndr[0].train.lr, ndr[0].train.steps,
+            ndr[0].train.checkpoint_interval) == (256, 2e-3, 30_000, 2000)
+    assert {c.task.variant for c in ndr} == {"S"} and ndr[0].task.batch_lengths == "one"
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    for value in ("[dnc]", "[]"):
+        assert main(["run", "ctlpp-staged", "--param", f"train_models={value}",
+                     "--runs-dir", str(runs), "--out", str(out)]) == 2
+        assert "pick one or more of ndr, bilstm" in capsys.readouterr().err
+    assert not runs.exists() and not out.exists()
 
 
 def test_rise_along_axes_uses_only_cells_that_learned_iid():
