@@ -10,6 +10,7 @@ symbols, worse with less overlap.
 
 from __future__ import annotations
 
+import copy
 import statistics
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from sglab import registry
 from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import claim, greater_than, not_measurable
-from sglab.experiments.ctlpp import IID, LABELS, OOD, models
+from sglab.experiments.ctlpp import CTLPP, IID, LABELS, OOD, models
 from sglab.experiments.runs import Arm, RunSet
 from sglab.report.plots import annotated_heatmap
 
@@ -61,11 +62,9 @@ def cpu_ndr() -> dict[str, Any]:
     length per batch) for 30k steps, resumable every 2,000: on 'S' (seed 0) it first
     reaches IID 0.9 at 4.5k steps on corner 16 / 2, at 14k on 16 / 6 and 16k on 4 / 2
     (README)."""
-    arm = models(d=64, d_ff=128, heads=4, lstm_units=64, steps=30_000, batch=256,
-                 lstm_batch=128, lr=2e-3, lstm_lr=2e-3, dropout=0.0, eval_every=500,
-                 lengths="uniform", train_size=20_000, batch_lengths="one", only=("ndr",))
-    arm["ndr"]["train"]["checkpoint_interval"] = 2000
-    return arm
+    ndr = copy.deepcopy(CTLPP.presets["default"]["models"]["ndr"])
+    ndr["train"].update(steps=30_000, checkpoint_interval=2000)
+    return {"ndr": ndr}
 
 
 class CTLPPStaged(Experiment):
