@@ -9,6 +9,7 @@ import yaml
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
 from sglab.registry import experiment
+from sglab.tasks.scan import ACTIONS
 
 
 @pytest.mark.parametrize("name", ["masks-add-mul", "masks-double-add"])
@@ -87,6 +88,36 @@ def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
 class Base(dict):
     """The three things ``mask_arms`` reads of a finished base run: labels, id, seed."""
     run_id, seed = "base", 0
+
+
+def scan_seed(full_keeps: float, jump_full: float, jump_split: float) -> dict:
+    """Measures of one seed (the unmasked net at 0.99 everywhere): the full-data mask keeps
+    ``full_keeps`` of it on simple; on the add-jump test set the full-data mask scores
+    ``jump_full``, the add-jump mask ``jump_split``, a net trained on the split 0.01."""
+    removed = {a: 0.0 for a in ACTIONS} | {"I_JUMP": 0.4}
+    return {"accuracy": {"simple": {"none": 0.99, "full": 0.99 * full_keeps},
+                         "addprim_jump": {"none": 0.99, "full": jump_full,
+                                          "split": jump_split, "direct": 0.01}},
+            "output_removed": {"addprim_jump": removed}}
+
+
+@pytest.mark.parametrize(("seeds", "gap"), [
+    ([scan_seed(0.99, 0.98, 0.3)], True),  # Fig. 3.5a: a valid full-data mask, a large gap
+    ([scan_seed(0.99, 0.98, 0.9)], False),  # a valid full-data mask, no gap
+    # the gap of a full-data mask that has broken the task (58% kept) is no evidence
+    ([scan_seed(0.58, 0.66, 0.24)], None),
+    ([scan_seed(0.99, 0.98, 0.3), scan_seed(0.90, 0.9, 0.3)], None),  # any seed's mask
+])
+def test_masks_scan_compares_split_masks_only_with_a_valid_full_data_mask(seeds, gap):
+    scan = experiment("masks-scan")
+    params = scan.preset("default", changes=["splits=[simple,addprim_jump]"])
+    claims = {c.id: c for c in scan.checked_claims(params, seeds)}
+    assert claims["split-mask-loses-accuracy"].passed is gap
+    assert claims["full-mask-keeps-accuracy"].passed is (gap is not None)
+    if gap is None:
+        assert "B.3.3" in claims["split-mask-loses-accuracy"].evidence
+    assert claims["jump-output-weights-removed"].passed  # judged whatever the accuracy
+    assert claims["pretraining-beats-direct-training"].passed
 
 
 def test_lstm_nets_and_masks_train_their_own_number_of_steps():

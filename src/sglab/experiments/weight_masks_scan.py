@@ -327,7 +327,14 @@ class ScanMasks(Experiment):
         gap = ("split-mask-loses-accuracy", "A split's mask loses much accuracy on its test set "
                "against the full-data mask (Fig. 3.5a); margin "
                f"{params['gap_min']:g}, one value per seed.")
-        if others:
+        if others and min(rel) < params["keep_min"]:
+            # B.3.3: a mask that no longer solves the full task is not a valid reference; the
+            # split masks, pruned as far, may lose their test set for the same reason
+            claims.append(not_measurable(*gap, f"the full-data mask keeps only {min(rel):.1%} of "
+                                         "the unmasked accuracy on simple (B.3.3's validity "
+                                         f"rule: at least {params['keep_min']:.0%}); a smaller "
+                                         "beta or fewer mask steps"))
+        elif others:
             claims.append(claim(*gap, {f"{m} mask on {s}": accuracy(seeds, s, k) for s in others
                                        for m, k in (("full", "full"), (s, "split"))},
                                 [greater_than(f"full mask on {s}", f"{s} mask on {s}",
