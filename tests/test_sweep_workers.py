@@ -40,14 +40,18 @@ def test_sigkill_of_a_pool_sweep_kills_its_workers(tmp_path):
          "--no-ensemble", "--threads", "1", "--runs-dir", str(tmp_path / "runs"),
          "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    training = set()
+    training, seen = set(), []
     for line in sweep.stdout:  # wait until both workers train
+        seen.append(line)
         if " step 50/" in line:
             training.add(line.split("]")[0])
         if len(training) == 2:
             break
+    ended = "".join(seen[-20:])
+    assert len(training) == 2, f"the sweep ended (rc {sweep.wait()}) before both runs trained:\n{ended}"
     workers = [pid for pid in _children(sweep.pid) if _alive(pid)]
-    assert len(workers) >= 2
+    assert len(workers) >= 2, (f"{len(workers)} live children of the sweep (rc {sweep.poll()}); "
+                               f"its output:\n{ended}")
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()
     deadline = time.monotonic() + 30
