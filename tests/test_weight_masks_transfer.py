@@ -177,8 +177,11 @@ def test_paper_preset_uses_the_thesis_codes_init_and_standardized_inputs():
     transfer = experiment("masks-transfer")
     paper = transfer.arms(transfer.presets["paper"])[0].base["model"]
     default = transfer.arms(transfer.presets["default"])[0].base["model"]
-    assert (paper["init"], paper["input_mean"], paper["input_std"]) == ("xavier", 0.305, 0.376)
+    assert (paper["init"], paper["input_mean"], paper["input_std"]) == ("xavier", 0.1307,
+                                                                         0.3081)  # MNIST's
     assert default["init"] == "torch" and "input_mean" not in default
+    digits = transfer.arms({**transfer.presets["default"], "standardize": True})[0].base["model"]
+    assert (digits["input_mean"], digits["input_std"]) == (0.305, 0.376)  # the 8x8 digits'
     resized = {**transfer.presets["default"], "side": 28}
     assert transfer.arms(resized)[0].base["task"] == {"name": "digits", "permutation": 1,
                                                       "side": 28}

@@ -1,6 +1,7 @@
 """Transfer between permuted tasks with weights and masks trained together (thesis Sec.
-3.2.3, Fig. 3.4, App. B.3.6, Fig. B.7). scikit-learn's 8x8 digits with a fixed pixel
-permutation per task stand in for permuted MNIST.
+3.2.3, Fig. 3.4, App. B.3.6, Fig. B.7): permuted MNIST (``dataset: mnist``, read from
+``task.data_dir``; ``paper``), or scikit-learn's 8x8 digits with a fixed pixel permutation
+per task standing in for it (``dataset: digits``; ``quick``, ``default``).
 
 Stages: an FNN trains normally on permutation 1 (the unmasked reference, and the chain's
 architecture); then, one stage per task t = 1, 2, ..., a ``masked`` run with ``train_base``
@@ -23,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from sglab.analysis import weight_masks as wm
+from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, claim, greater_than, less_than, not_measurable
 from sglab.experiments.runs import FinishedRun, RunSet, format_mean_std
 from sglab.experiments.weight_masks import base_arm, guarded, mask_arm
 from sglab.registry import register_experiment
 from sglab.report.plots import Line, Panel, line_figure
+from sglab.tasks.digits import MNIST_MEAN, MNIST_SIDE, MNIST_STD, require_mnist
 from sglab.tasks.digits import SIDE as DIGITS_SIDE
 
 SPLIT = "iid_test"
@@ -38,12 +41,18 @@ FIRST = "layers.0.*"  # reset for every task and never frozen (thesis Sec. 3.2.3
 # Variants share the first variant's task 1 and differ from task 2 on.
 VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
             "frozen 2, new -1": (-1.0, 2.0)}
+MNIST_DIR = "data/mnist"  # task.data_dir unless --set task.data_dir=PATH
+# pixel / level mean and std of the training images, what standardization uses: the 8x8
+# digits' (pixel / 16) and MNIST's (pixel / 255)
+STANDARDIZE = {"digits": (0.305, 0.376), "mnist": (MNIST_MEAN, MNIST_STD)}
 
 
 def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
-                    mask_samples=4, init="torch", standardize=False,
-                    side=DIGITS_SIDE) -> dict[str, Any]:
-    return {"hidden": hidden, "init": init, "standardize": standardize, "side": side,
+                    mask_samples=4, init="torch", standardize=False, side=DIGITS_SIDE,
+                    dataset="digits") -> dict[str, Any]:
+    """``side``: the 8x8 digits resized (``dataset: digits`` only; MNIST is 28x28)."""
+    return {"dataset": dataset, "hidden": hidden, "init": init, "standardize": standardize,
+            "side": side,
             "base_steps": base_steps, "mask_steps": mask_steps,
             "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
             "mask_samples": mask_samples, "batch": 128, "sharing_max": 0.2, "free_min": 0.5,
@@ -59,7 +68,8 @@ def layer_label(index: int, count: int) -> str:
 class Transfer(Experiment):
     name = "masks-transfer"
     title = "Weight masks: little transfer between permuted tasks (Fig. 3.4)"
-    description = ("An FNN learns permuted 8x8 digits one permutation after another, weights "
+    description = ("An FNN learns permuted images (MNIST, or 8x8 digits standing in) one "
+                   "permutation after another, weights "
                    "and a mask together, the weights of earlier tasks' masks frozen and the "
                    "first layer free to undo each permutation: a new task's mask shares few "
                    "weights with the earlier ones while free capacity remains, and the output "
@@ -69,18 +79,34 @@ class Transfer(Experiment):
     presets = {
         "quick": transfer_preset([16, 16, 8], 100, 40, 3, [0], ["uniform 2"]),
         "default": transfer_preset([256, 256, 32], 1500, 1000, 5, [0, 1, 2], ["uniform 2"]),
+        # permuted MNIST (48k training images) from task.data_dir
         "paper": transfer_preset([800, 800, 64], 20000, 30000, 11, list(range(10)),
                                  list(VARIANTS), mask_samples=8, init="xavier",
-                                 standardize=True),
+                                 standardize=True, dataset="mnist"),
     }
 
     # ------------------------------------------------------------------ runs
     @staticmethod
     def task(params, t: int) -> dict[str, Any]:
+        if params["dataset"] == "mnist":  # the thesis trains on 48k of the 60k images
+            return {"name": "digits", "source": "mnist", "data_dir": MNIST_DIR,
+                    "valid_fraction": 0.2, "permutation": t}
+        if params["dataset"] != "digits":
+            raise SglabError(f"dataset={params['dataset']!r}: choose digits (scikit-learn's "
+                             "8x8, bundled) or mnist (read from task.data_dir)")
         task = {"name": "digits", "permutation": t}
         if params["side"] != DIGITS_SIDE:  # resized digits (28: MNIST's 784 inputs)
             task["side"] = params["side"]
         return task
+
+    @staticmethod
+    def image_side(params) -> int:
+        return MNIST_SIDE if params["dataset"] == "mnist" else params["side"]
+
+    def check_data(self, configs) -> None:
+        for data_dir in dict.fromkeys(c.task.data_dir for c in configs
+                                      if c.task.source == "mnist"):
+            require_mnist(data_dir)
 
     @staticmethod
     def run_seed(seed: int, t: int) -> int:
@@ -93,8 +119,9 @@ class Transfer(Experiment):
         so they are the reference for every task."""
         model = {"name": "fnn", "hidden": params["hidden"], "outputs": 1, "classes": 10,
                  "input_encoding": "value", "init": params["init"]}
-        if params["standardize"]:  # the thesis code standardizes images: the 8x8 digits'
-            model.update(input_mean=0.305, input_std=0.376)  # pixel / 16 mean and std
+        if params["standardize"]:  # the thesis code standardizes images
+            mean, std = STANDARDIZE[params["dataset"]]
+            model.update(input_mean=mean, input_std=std)
         return [base_arm(params, {"chain": str(seed)}, self.task(params, 1), model, seed)
                 for seed in params["seeds"]]
 
@@ -193,15 +220,17 @@ class Transfer(Experiment):
                     "capacity.")
         tables = [self.task_table(params, variant, chains[variant], layers, names)
                   for variant in params["variants"]]
-        widths = "-".join(map(str, [params["side"] ** 2, *params["hidden"], 10]))
+        side = self.image_side(params)
+        widths = "-".join(map(str, [side ** 2, *params["hidden"], 10]))
+        images = "MNIST" if params["dataset"] == "mnist" else "8x8 digits"
         text = (f"{len(params['seeds'])} seed(s), {params['tasks']} tasks (permutations "
-                f"1-{params['tasks']}); FNN {widths} on "
+                f"1-{params['tasks']}) of {images}; FNN {widths} on "
                 f"{'standardized ' if params['standardize'] else ''}pixel values "
-                f"({params['side']}x{params['side']}), {params['init']} init, biases masked; "
+                f"({side}x{side}), {params['init']} init, biases masked; "
                 f"unmasked reference {params['base_steps']} "
                 f"steps at lr 1e-3; each task {params['mask_steps']} steps, masks and free "
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")
-        section = {"title": "Transfer between permuted digits", "text": text,
+        section = {"title": f"Transfer between permuted {images}", "text": text,
                    "tables": tables, "figures": [sharing, capacity]}
         return {"claims": self.checked_claims(params, chains, layers), "sections": [section]}
 

@@ -20,8 +20,9 @@ Integrity, in two layers:
   ``"blob <size>\0" + content``, what ``git hash-object`` prints), so a copy from
   another revision, a truncated download or an edited file is an error naming the
   file and the commit. Downloads fetch that same commit. ``verify_published=false``
-  skips this check, for deliberately modified copies. CFQ is published as an archive
-  outside git and has no pin.
+  skips this check, for deliberately modified copies. A release outside git with fixed
+  files (MNIST, :mod:`sglab.tasks.digits`) is pinned by each file's SHA-256 instead. CFQ
+  is published as an archive outside git and has no pin.
 * *Local record.* The directory's ``SHA256SUMS`` (``<sha256>  <file>`` lines, the
   coreutils format) is checked on every load, and a mismatch is an error naming the
   file. The first load writes it and says so (for CFQ: trust on first use), so later
@@ -61,6 +62,7 @@ class Source:
     where: str  # where a person gets the files
     commit: str | None = None  # the published revision the pins below belong to
     published: dict[str, str] = field(default_factory=dict)  # file -> git blob id
+    sha256: dict[str, str] = field(default_factory=dict)  # file -> SHA-256 (releases outside git)
 
 
 def _hex_digest(digest, path: Path) -> str:
@@ -133,6 +135,12 @@ def fetch(directory: str | Path, source: Source, download: bool = False,
     recorded = dict(sums)
     for name in source.files:
         actual = sha256(directory / name)
+        pinned = source.sha256.get(name)
+        if verify_published and pinned is not None and actual != pinned:
+            raise SglabError(
+                f"{directory / name} is not the published file (SHA-256 {actual[:12]}..., "
+                f"expected {pinned[:12]}...); fetch it again from {source.where}"
+            )
         if name not in sums:
             sums[name] = actual
         elif sums[name] != actual:
