@@ -129,7 +129,7 @@ def test_transfer_reads_permuted_mnist_at_paper_and_says_where_data_is_missing(t
     assert "lacks train-images-idx3-ubyte" in error and "task.data_dir=PATH" in error
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
     with pytest.raises(SglabError, match="dataset='cifar'"):
-        transfer.arms({**transfer.presets["quick"], "dataset": "cifar"})
+        transfer.arms({**transfer.presets["quick"], "dataset": "cifar", "standardize": True})
 
 
 def test_transfer_quick_preset_on_mnist_end_to_end(mnist_dir, tmp_path):

@@ -117,12 +117,13 @@ class Transfer(Experiment):
         """The unmasked nets on permutation 1 (the tasks follow, see :meth:`stages`); an FNN
         sees every permutation alike (its first layer's columns are drawn independently),
         so they are the reference for every task."""
+        task = self.task(params, 1)
         model = {"name": "fnn", "hidden": params["hidden"], "outputs": 1, "classes": 10,
                  "input_encoding": "value", "init": params["init"]}
         if params["standardize"]:  # the thesis code standardizes images
             mean, std = STANDARDIZE[params["dataset"]]
             model.update(input_mean=mean, input_std=std)
-        return [base_arm(params, {"chain": str(seed)}, self.task(params, 1), model, seed)
+        return [base_arm(params, {"chain": str(seed)}, task, model, seed)
                 for seed in params["seeds"]]
 
     @staticmethod
