@@ -278,7 +278,7 @@ class CTLPP(Experiment):
             "OOD 'R' 1.00 ± 0.00, 'A' 0.95 ± 0.03).", values=bilstm,
             rules=[at_least(n, 0.9) for n in bilstm], context="median OOD accuracy over seeds"))
         claims.append(self.failure_claim(ood, iid, name))
-        claims.append(self.a_harder_claim(ood, iid))
+        claims.append(self.a_harder_claim(ood, iid, runs[0].config.task.ood_test_size))
         figures, rep_claim = self.representations(runs, out_dir)
         compat_figures, compat_claim = self.compatibility(runs, out_dir)
         scatter = labelled_scatter(
@@ -327,11 +327,15 @@ class CTLPP(Experiment):
                      [any_of(*(less_than(a, b) for a, b in pairs))],
                      context=f"fraction of the seeds fitting IID (≥ {FITTED}) above {SOLVED} OOD")
 
-    def a_harder_claim(self, ood, iid):
+    def a_harder_claim(self, ood, iid, examples: int = 1000):
         """Mean OOD accuracy on 'A' below 'R', over the seeds that fit IID, per model with
         such seeds in both splits and at least one of them at or below SOLVED OOD: a model
         whose every fitted seed solves both splits shows no ordering (at 0.99 on both it is
-        seed noise), so, like the other failure claims, it is judged only where seeds fail."""
+        seed noise), so, like the other failure claims, it is judged only where seeds fail.
+        Nor is a model judged whose two means differ by less than twice their standard
+        error counting each of the ``examples`` OOD sequences of a seed as a trial (a floor
+        under the seed-to-seed noise): at the CPU size both splits reach about 0.96, and
+        a verdict on a difference of 0.003 would be a coin flip."""
         statement = "'A' is harder than 'R' (Table 6.1: NDR 0.34 vs 0.75, Bi-LSTM 0.95 vs 1.00)."
         fitted = {(m, s): fit for (m, s) in ood
                   if (fit := [o for o, i in zip(ood[m, s], iid[m, s]) if i >= FITTED])}
@@ -342,17 +346,33 @@ class CTLPP(Experiment):
             return not_measurable("a-harder-than-r", statement, "no model has seeds fitting IID "
                                   f"(≥ {FITTED}) on both 'A' and 'R' (or the preset runs one "
                                   "split only)")
-        models = [LABELS[m] for m in both
-                  if any(x <= SOLVED for split in ("A", "R") for x in fitted[m, split])]
-        if not models:
+        failing = [m for m in both
+                   if any(x <= SOLVED for split in ("A", "R") for x in fitted[m, split])]
+        if not failing:
             return not_measurable("a-harder-than-r", statement, "every seed fitting IID (≥ "
                                   f"{FITTED}) solves both splits (OOD > {SOLVED}): " + ", ".join(
                                       f"{k} {format_value(v)}" for k, v in values.items()))
+
+        def z(m):  # the difference R - A in standard errors of two pooled proportions
+            a, r = (values[f"{LABELS[m]} {s}"] for s in ("A", "R"))
+            error = math.sqrt(sum(p * (1 - p) / (examples * len(fitted[m, s]))
+                                  for p, s in ((a, "A"), (r, "R"))))
+            if error == 0:  # every sequence right (or wrong) on both splits
+                return 0.0 if r == a else math.copysign(math.inf, r - a)
+            return (r - a) / error
+
+        models = [m for m in failing if abs(z(m)) >= 2]
+        tested = ", ".join(f"{LABELS[m]} A {values[f'{LABELS[m]} A']:.4f} vs R "
+                           f"{values[f'{LABELS[m]} R']:.4f} (z = {z(m):.1f})" for m in failing)
+        if not models:
+            return not_measurable("a-harder-than-r", statement, "the splits' mean OOD accuracies "
+                                  "differ by less than twice their standard error (" + tested
+                                  + f"; {examples} OOD sequences a seed)")
         return claim("a-harder-than-r", statement, values,
-                     [less_than(f"{m} A", f"{m} R") for m in models],
+                     [less_than(f"{LABELS[m]} A", f"{LABELS[m]} R") for m in models],
                      context=f"mean OOD accuracy of the seeds fitting IID (≥ {FITTED}); judged "
-                             f"for the models with a fitted seed at or below {SOLVED} OOD: "
-                             + ", ".join(models))
+                             f"for the models with a fitted seed at or below {SOLVED} OOD whose "
+                             f"splits differ by at least two standard errors: {tested}")
 
     def compatibility(self, runs: RunSet, out_dir: Path):
         """Fig. E.2 for the lowest-OOD seed; the claim over the seeds that fit IID but fail
