@@ -361,9 +361,10 @@ class CTLPP(Experiment):
                 return 0.0 if r == a else math.copysign(math.inf, r - a)
             return (r - a) / error
 
-        models = [m for m in failing if abs(z(m)) >= 2]
+        zs = {m: z(m) for m in failing}
+        models = [m for m in failing if abs(zs[m]) >= 2]
         tested = ", ".join(f"{LABELS[m]} A {values[f'{LABELS[m]} A']:.4f} vs R "
-                           f"{values[f'{LABELS[m]} R']:.4f} (z = {z(m):.1f})" for m in failing)
+                           f"{values[f'{LABELS[m]} R']:.4f} (z = {zs[m]:.1f})" for m in failing)
         if not models:
             return not_measurable("a-harder-than-r", statement, "the splits' mean OOD accuracies "
                                   "differ by less than twice their standard error (" + tested
