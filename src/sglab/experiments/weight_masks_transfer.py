@@ -31,7 +31,7 @@ from sglab.experiments.runs import FinishedRun, RunSet, format_mean_std
 from sglab.experiments.weight_masks import base_arm, guarded, mask_arm
 from sglab.registry import register_experiment
 from sglab.report.plots import Line, Panel, line_figure
-from sglab.tasks.digits import MNIST_MEAN, MNIST_SIDE, MNIST_STD, require_mnist
+from sglab.tasks.digits import MNIST_MEAN, MNIST_STD, require_mnist
 from sglab.tasks.digits import SIDE as DIGITS_SIDE
 
 SPLIT = "iid_test"
@@ -98,10 +98,6 @@ class Transfer(Experiment):
         if params["side"] != DIGITS_SIDE:  # resized digits (28: MNIST's 784 inputs)
             task["side"] = params["side"]
         return task
-
-    @staticmethod
-    def image_side(params) -> int:
-        return MNIST_SIDE if params["dataset"] == "mnist" else params["side"]
 
     def check_data(self, configs) -> None:
         for data_dir in dict.fromkeys(c.task.data_dir for c in configs
@@ -221,7 +217,7 @@ class Transfer(Experiment):
                     "capacity.")
         tables = [self.task_table(params, variant, chains[variant], layers, names)
                   for variant in params["variants"]]
-        side = self.image_side(params)
+        side = runs[0].config.task.image_side  # the images the runs trained on
         widths = "-".join(map(str, [side ** 2, *params["hidden"], 10]))
         images = "MNIST" if params["dataset"] == "mnist" else "8x8 digits"
         text = (f"{len(params['seeds'])} seed(s), {params['tasks']} tasks (permutations "
