@@ -141,6 +141,25 @@ def test_free_weights_start_fresh_or_from_the_base(chain):
         assert not torch.equal(fresh.base_weights()[name][~frozen], net[name][~frozen])
 
 
+def test_first_layer_frozen_as_in_the_authors_code(chain):
+    """``first_layer: frozen`` leaves no layer unfrozen, so the first layer's used weights are
+    frozen like the others'; ``reset`` keeps it free for every task."""
+    runs, base, _, _, sibling = chain  # sibling: a first task with nothing unfrozen
+    transfer = experiment("masks-transfer")
+    assert transfer.unfrozen({"first_layer": "reset"}) == [FIRST]
+    assert transfer.unfrozen({"first_layer": "frozen"}) == []
+    with pytest.raises(SglabError, match="first_layer='both': choose reset"):
+        transfer.unfrozen({"first_layer": "both"})
+    model = build_model(transfer_config(sibling, 2, [sibling]).model, 17, 64, runs_dir=runs)
+    used = final_masks(runs, sibling)
+    net = dict(load_base_run(runs, sibling).named_parameters())
+    for name in ("layers.0.weight", "layers.0.bias"):
+        frozen = model.frozen_masks[name]
+        assert torch.equal(frozen, used[model.key(name)])
+        assert torch.equal(model.base_weights()[name][frozen], net[name][frozen])
+    assert bool(model.frozen_masks["layers.0.weight"].any())
+
+
 def test_fnn_xavier_init_and_standardized_pixel_values():
     """The thesis code's FNN: Xavier-normal weights (ReLU gain, gain 1 on the output layer),
     zero biases, and images standardized by a mean and a std before the first layer."""

@@ -8,9 +8,12 @@ architecture); then, one stage per task t = 1, 2, ..., a ``masked`` run with ``t
 trains a mask *and* the weights on permutation t. Its base run is the run of task t - 1
 (whose trained weights it starts from) and it freezes the final masks of tasks 1..t-1
 (``frozen_from``): those weights keep their values and get no gradient, the free weights
-start from a fresh initialization (the authors' partly frozen layers). As in the thesis the
-first layer is reset for every task and never frozen (``unfrozen``): it can learn to undo
-each permutation, so the later layers could be reused entirely (an upper bound on transfer).
+start from a fresh initialization (the authors' partly frozen layers). As the thesis text
+says, the first layer is reset for every task and never frozen (``unfrozen``): it can learn
+to undo each permutation, so the later layers could be reused entirely (an upper bound on
+transfer). ``first_layer: frozen`` treats it like the other layers instead, as the authors'
+published code does (``tasks/permuted_mnist.py`` freezes every used weight; its
+``transfer.reset_first_layer`` flag is never read).
 
 Measured per task and layer: the share of the new mask's weights that earlier tasks' masks
 use (transfer sharing), the share of the layer that the masks so far occupy (capacity
@@ -36,6 +39,7 @@ from sglab.tasks.digits import SIDE as DIGITS_SIDE
 
 SPLIT = "iid_test"
 FIRST = "layers.0.*"  # reset for every task and never frozen (thesis Sec. 3.2.3)
+FIRST_LAYER = ("reset", "frozen")  # the thesis text's first layer, the authors' code's
 # Mask logit initializations: (new weights, frozen weights); thesis Fig. 3.4 uses one
 # value, Fig. B.7 starts the frozen weights at 2 (P = 0.88) and the new ones at 0 or -1.
 # Variants share the first variant's task 1 and differ from task 2 on.
@@ -49,19 +53,21 @@ STANDARDIZE = {"digits": (0.305, 0.376), "mnist": (MNIST_MEAN, MNIST_STD)}
 
 def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
                     mask_samples=4, init="torch", standardize=False, side=DIGITS_SIDE,
-                    dataset="digits") -> dict[str, Any]:
-    """``side``: the 8x8 digits resized (``dataset: digits`` only; MNIST is 28x28)."""
+                    dataset="digits", first_layer="reset") -> dict[str, Any]:
+    """``side``: the 8x8 digits resized (``dataset: digits`` only; MNIST is 28x28).
+    ``first_layer``: ``reset`` for every task and never frozen (thesis Sec. 3.2.3), or
+    ``frozen`` like every other layer (the authors' code, ``tasks/permuted_mnist.py``)."""
     return {"dataset": dataset, "hidden": hidden, "init": init, "standardize": standardize,
-            "side": side,
+            "side": side, "first_layer": first_layer,
             "base_steps": base_steps, "mask_steps": mask_steps,
             "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
             "mask_samples": mask_samples, "batch": 128, "sharing_max": 0.2, "free_min": 0.5,
             "accuracy_share": 0.9}
 
 
-def layer_label(index: int, count: int) -> str:
+def layer_label(index: int, count: int, first_layer: str) -> str:
     if index == 0:
-        return "input (reset each task)"
+        return "input (reset each task)" if first_layer == "reset" else "input"
     return "output" if index == count - 1 else f"hidden {index}"
 
 
@@ -139,7 +145,8 @@ class Transfer(Experiment):
                     previous.only(role="base", chain=seed)
                 earlier = [self.chain_run(params, previous, variant, seed, s).run_id
                            for s in range(1, t)]
-                model = {"train_base": True, "frozen_from": earlier, "unfrozen": [FIRST],
+                model = {"train_base": True, "frozen_from": earlier,
+                         "unfrozen": self.unfrozen(params),
                          "mask_biases": True, "mask_samples": params["mask_samples"],
                          "logit_init": new}
                 if frozen is not None:
@@ -148,6 +155,14 @@ class Transfer(Experiment):
                                                     "task": str(t)},
                                      self.task(params, t), self.run_seed(seed, t), **model))
         return arms
+
+    @staticmethod
+    def unfrozen(params) -> list[str]:
+        if params["first_layer"] not in FIRST_LAYER:
+            raise SglabError(f"first_layer={params['first_layer']!r}: choose reset (every "
+                             "task, never frozen: the thesis text) or frozen (like the other "
+                             "layers: the authors' code)")
+        return [FIRST] if params["first_layer"] == "reset" else []
 
     def stages(self, params):
         return [lambda previous: self.arms(params),
@@ -188,7 +203,8 @@ class Transfer(Experiment):
         chains = {v: self.per_chain(params, runs, v) for v in params["variants"]}
         main = chains[params["variants"][0]]
         layers = main[0]["layers"]
-        names = {n: layer_label(i, len(layers)) for i, n in enumerate(layers)}
+        names = {n: layer_label(i, len(layers), params["first_layer"])
+                 for i, n in enumerate(layers)}
         tasks = list(range(1, params["tasks"] + 1))
 
         def mean(variant, key, t, layer):
@@ -212,9 +228,9 @@ class Transfer(Experiment):
                             for i, layer in enumerate(layers)], ylim=(0, 100), integer_x=True)
             for variant in params["variants"]],
             title="Capacity used", xlabel="task", ylabel="used [%]",
-            caption="|∪_{s≤t} M_s| / weights per layer after each task, mean over seeds. The "
-                    "input layer is reset for every task, so its union is not occupied "
-                    "capacity.")
+            caption="|∪_{s≤t} M_s| / weights per layer after each task, mean over seeds."
+                    + (" The input layer is reset for every task, so its union is not "
+                       "occupied capacity." if params["first_layer"] == "reset" else ""))
         tables = [self.task_table(params, variant, chains[variant], layers, names)
                   for variant in params["variants"]]
         side = runs[0].config.task.image_side  # the images the runs trained on
@@ -223,7 +239,8 @@ class Transfer(Experiment):
         text = (f"{len(params['seeds'])} seed(s), {params['tasks']} tasks (permutations "
                 f"1-{params['tasks']}) of {images}; FNN {widths} on "
                 f"{'standardized ' if params['standardize'] else ''}pixel values "
-                f"({side}x{side}), {params['init']} init, biases masked; "
+                f"({side}x{side}), {params['init']} init, biases masked; first layer "
+                f"{'reset for every task' if params['first_layer'] == 'reset' else 'frozen'}; "
                 f"unmasked reference {params['base_steps']} "
                 f"steps at lr 1e-3; each task {params['mask_steps']} steps, masks and free "
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")
