@@ -77,6 +77,29 @@ def test_files_must_be_the_pinned_published_version(data, tmp_path):
         fetch(tmp_path / "pinned", source, printer=lambda _: None)
 
 
+def test_sha256_pins_need_no_record_and_an_unwritable_directory_only_loses_it(tmp_path,
+                                                                              monkeypatch):
+    (tmp_path / "a.txt").write_bytes(b"hello\n")
+    (tmp_path / "b.txt").write_bytes(b"world\n")
+    pinned = Source(("a.txt",), None, "somewhere", sha256={"a.txt": sha256(tmp_path / "a.txt")})
+    lines = []
+    fetch(tmp_path, pinned, printer=lines.append)
+    assert lines == [] and not (tmp_path / CHECKSUMS).exists()  # the pin is the check
+    fetch(tmp_path, pinned, printer=lines.append, verify_published=False)  # unpinned: recorded
+    assert "a.txt" in (tmp_path / CHECKSUMS).read_text() and "recorded" in lines[0]
+    (tmp_path / CHECKSUMS).unlink()
+
+    def read_only(directory, sums):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("sglab.tasks.published._write_checksums", read_only)
+    lines.clear()
+    unpinned = Source(("b.txt",), None, "somewhere")
+    assert fetch(tmp_path, unpinned, printer=lines.append) == tmp_path
+    assert lines[0].startswith("note: could not record") and "Permission denied" in lines[0]
+    assert not (tmp_path / CHECKSUMS).exists()
+
+
 def test_missing_files_error_names_the_expected_files(data):
     (data / "cogs" / "gen.tsv").unlink()
     with pytest.raises(SglabError) as error:

@@ -26,7 +26,9 @@ Integrity, in two layers:
 * *Local record.* The directory's ``SHA256SUMS`` (``<sha256>  <file>`` lines, the
   coreutils format) is checked on every load, and a mismatch is an error naming the
   file. The first load writes it and says so (for CFQ: trust on first use), so later
-  corruption or edits are caught.
+  corruption or edits are caught. Files checked against a SHA-256 pin are not recorded
+  (the pin is the stronger check), and a directory that cannot be written (a read-only
+  copy) only loses the record, with a note.
 
 When a file is missing, the loader downloads it if ``download`` is allowed and a
 public address is known (COGS and PCFG SET; CFQ needs a login, so it is never
@@ -142,7 +144,8 @@ def fetch(directory: str | Path, source: Source, download: bool = False,
                 f"expected {pinned[:12]}...); fetch it again from {source.where}"
             )
         if name not in sums:
-            sums[name] = actual
+            if not (verify_published and pinned is not None):  # a pin outranks a record
+                sums[name] = actual
         elif sums[name] != actual:
             raise SglabError(
                 f"{directory / name} does not match its checksum in {directory / CHECKSUMS} "
@@ -151,9 +154,15 @@ def fetch(directory: str | Path, source: Source, download: bool = False,
                 f"{CHECKSUMS} if the change is intended"
             )
     if sums != recorded:
-        _write_checksums(directory, sums)
         new = sorted(set(sums) - set(recorded))
-        printer(f"recorded SHA-256 checksums of {', '.join(new)} in {directory / CHECKSUMS}")
+        try:
+            _write_checksums(directory, sums)
+        except OSError as error:  # e.g. a read-only copy: the files were read all the same
+            printer(f"note: could not record the SHA-256 checksums of {', '.join(new)} in "
+                    f"{directory / CHECKSUMS} ({error.strerror or error}); later changes to "
+                    "them will not be detected")
+        else:
+            printer(f"recorded SHA-256 checksums of {', '.join(new)} in {directory / CHECKSUMS}")
     return directory
 
 
