@@ -194,9 +194,13 @@ def seed(easy, medium, hard):
     ([seed((0.99, 0.98, 0.97), (0.9, 0.9, 0.6), (0.9, 0.88, 0.4))], [True, True, True]),
     # the easy mask is no working subnetwork for easy: its loss on hard means nothing
     ([seed((0.99, 0.98, 0.5), (0.9, 0.9, 0.6), (0.9, 0.88, 0.4))], [True, False, True]),
-    # one seed without a gap fails the gap claim; an IID mask that loses hard fails too
-    ([seed((1, 1, 1), (1, 1, 1), (0.9, 0.88, 0.4)), seed((1, 1, 1), (1, 1, 1), (0.9, 0.85, 0.83))],
+    # the gap is judged on the mean over seeds (Fig. 3.6's bars): the measured drops of
+    # 10.1, 14.5 and 3.3 points pass; 6 and 2 points (mean 4 < 5) fail
+    ([seed((1, 1, 1), (1, 1, 1), (1, 0.999, 0.898)), seed((1, 1, 1), (1, 1, 1), (1, 0.951, 0.806)),
+      seed((1, 1, 1), (1, 1, 1), (1, 0.976, 0.943))], [True, True, True]),
+    ([seed((1, 1, 1), (1, 1, 1), (0.9, 0.88, 0.82)), seed((1, 1, 1), (1, 1, 1), (0.9, 0.85, 0.83))],
      [True, True, False]),
+    # an IID mask that loses hard fails its claim
     ([seed((1, 1, 1), (1, 1, 1), (0.9, 0.6, 0.4))], [False, True, True]),
 ])
 def test_masks_math_claims_follow_the_measured_pattern(seeds, verdicts):

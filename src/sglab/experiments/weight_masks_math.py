@@ -22,7 +22,7 @@ the training entropy range, as the published generator cuts its easy / medium / 
 Claims (patterns, judged only when the unmasked nets reach ``base_min`` on the hard test
 set): the IID mask keeps ``keep_min`` of the unmasked accuracy on hard; the easy mask keeps
 ``keep_min`` of it on easy; on hard the easy mask is at least ``gap_min`` below the IID mask,
-for every seed.
+in the mean over seeds (the figure's bars are means over 5 seeds).
 """
 
 from __future__ import annotations
@@ -216,11 +216,13 @@ class MathMasks(Experiment):
                    "easy mask / no mask on easy": kept("easy", "easy")},
                   [at_least("easy mask / no mask on easy", keep)]),
             claim("easy-mask-loses-hard", "On the hard questions the easy mask is below the IID "
-                  f"mask by at least {params['gap_min']:g}, for every seed (Fig. 3.6): hard "
-                  "questions need weights the easy ones do not.",
+                  f"mask by at least {params['gap_min']:g}, mean over seeds (Fig. 3.6 plots means "
+                  "over 5 seeds): hard questions need weights the easy ones do not.",
                   {"IID mask on hard": values("hard", "iid"),
-                   "easy mask on hard": values("hard", "easy")},
-                  [greater_than("IID mask on hard", "easy mask on hard", params["gap_min"])]),
+                   "easy mask on hard": values("hard", "easy"),
+                   "IID mask, mean": statistics.mean(values("hard", "iid")),
+                   "easy mask, mean": statistics.mean(values("hard", "easy"))},
+                  [greater_than("IID mask, mean", "easy mask, mean", params["gap_min"])]),
         ]
         return guarded(claims, min(values("hard", "none")), "exact match on the hard test set",
                        params["base_min"])
