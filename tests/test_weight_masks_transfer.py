@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sglab.analysis import weight_masks as wm
+from sglab.cli import main
 from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
@@ -141,15 +142,18 @@ def test_free_weights_start_fresh_or_from_the_base(chain):
         assert not torch.equal(fresh.base_weights()[name][~frozen], net[name][~frozen])
 
 
-def test_first_layer_frozen_as_in_the_authors_code(chain):
+def test_first_layer_frozen_as_in_the_authors_code(chain, tmp_path, capsys):
     """``first_layer: frozen`` leaves no layer unfrozen, so the first layer's used weights are
-    frozen like the others'; ``reset`` keeps it free for every task."""
+    frozen like the others'; ``reset`` keeps it free for every task; any other value is an
+    error before the base nets train."""
     runs, base, _, _, sibling = chain  # sibling: a first task with nothing unfrozen
     transfer = experiment("masks-transfer")
     assert transfer.unfrozen({"first_layer": "reset"}) == [FIRST]
     assert transfer.unfrozen({"first_layer": "frozen"}) == []
-    with pytest.raises(SglabError, match="first_layer='both': choose reset"):
-        transfer.unfrozen({"first_layer": "both"})
+    assert main(["run", "masks-transfer", "--preset", "quick", "--param", "first_layer=both",
+                 "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "first_layer='both': choose reset" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
     model = build_model(transfer_config(sibling, 2, [sibling]).model, 17, 64, runs_dir=runs)
     used = final_masks(runs, sibling)
     net = dict(load_base_run(runs, sibling).named_parameters())

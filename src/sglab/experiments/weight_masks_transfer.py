@@ -65,9 +65,9 @@ def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta
             "accuracy_share": 0.9}
 
 
-def layer_label(index: int, count: int, first_layer: str) -> str:
+def layer_label(index: int, count: int, reset_first: bool) -> str:
     if index == 0:
-        return "input (reset each task)" if first_layer == "reset" else "input"
+        return "input (reset each task)" if reset_first else "input"
     return "output" if index == count - 1 else f"hidden {index}"
 
 
@@ -156,12 +156,16 @@ class Transfer(Experiment):
                                      self.task(params, t), self.run_seed(seed, t), **model))
         return arms
 
-    @staticmethod
-    def unfrozen(params) -> list[str]:
+    def settings(self, params, overrides):
+        """Checks ``first_layer`` before anything trains (the base nets come first)."""
         if params["first_layer"] not in FIRST_LAYER:
             raise SglabError(f"first_layer={params['first_layer']!r}: choose reset (every "
                              "task, never frozen: the thesis text) or frozen (like the other "
                              "layers: the authors' code)")
+        return super().settings(params, overrides)
+
+    @staticmethod
+    def unfrozen(params) -> list[str]:
         return [FIRST] if params["first_layer"] == "reset" else []
 
     def stages(self, params):
@@ -203,8 +207,8 @@ class Transfer(Experiment):
         chains = {v: self.per_chain(params, runs, v) for v in params["variants"]}
         main = chains[params["variants"][0]]
         layers = main[0]["layers"]
-        names = {n: layer_label(i, len(layers), params["first_layer"])
-                 for i, n in enumerate(layers)}
+        reset = params["first_layer"] == "reset"
+        names = {n: layer_label(i, len(layers), reset) for i, n in enumerate(layers)}
         tasks = list(range(1, params["tasks"] + 1))
 
         def mean(variant, key, t, layer):
@@ -230,7 +234,7 @@ class Transfer(Experiment):
             title="Capacity used", xlabel="task", ylabel="used [%]",
             caption="|∪_{s≤t} M_s| / weights per layer after each task, mean over seeds."
                     + (" The input layer is reset for every task, so its union is not "
-                       "occupied capacity." if params["first_layer"] == "reset" else ""))
+                       "occupied capacity." if reset else ""))
         tables = [self.task_table(params, variant, chains[variant], layers, names)
                   for variant in params["variants"]]
         side = runs[0].config.task.image_side  # the images the runs trained on
@@ -240,7 +244,7 @@ class Transfer(Experiment):
                 f"1-{params['tasks']}) of {images}; FNN {widths} on "
                 f"{'standardized ' if params['standardize'] else ''}pixel values "
                 f"({side}x{side}), {params['init']} init, biases masked; first layer "
-                f"{'reset for every task' if params['first_layer'] == 'reset' else 'frozen'}; "
+                f"{'reset for every task' if reset else 'frozen'}; "
                 f"unmasked reference {params['base_steps']} "
                 f"steps at lr 1e-3; each task {params['mask_steps']} steps, masks and free "
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")
