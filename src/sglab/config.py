@@ -224,6 +224,13 @@ class TrainConfig(StrictModel):
                     "the target positions. bits: targets are packed bit rows; BCE-with-logits "
                     "summed over bits and steps, divided by the batch rows (bit tasks).",
     )
+    loss_reduction: Literal["token_mean", "row_sum"] = Field(
+        "token_mean",
+        description="token_mean: the loss averaged over the scored target positions. row_sum: "
+                    "summed over each example's positions, averaged over the examples (the "
+                    "weight-mask code's encoder-decoder loss; a mask penalty beta / batch * "
+                    "sum(l) then weighs what it weighs there). bits is per row either way.",
+    )
     snapshot_steps: list[int] = Field(
         default_factory=list,
         description="Steps whose model weights are kept as checkpoints/step_<N>.pt for analyses "

@@ -131,7 +131,9 @@ def scored_examples(total: int, max_examples: int | None) -> torch.Tensor:
 
 def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
                 reduction: str = "mean") -> torch.Tensor:
-    """Loss over the positions whose target is not ``IGNORE`` (mean or sum).
+    """Loss over the positions whose target is not ``IGNORE``: ``mean`` over them, their
+    ``sum``, or ``row``: their sum divided by the batch rows (``train.loss_reduction:
+    row_sum``, the weight-mask code's sequence loss).
 
     ``bits``: targets are packed bit rows (bit i = output channel i) and logits one per bit;
     BCE-with-logits summed over bits and steps, divided by the batch rows (``mean``).
@@ -139,6 +141,9 @@ def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_
     ``squared``: ||logits - one_hot(target)||^2 summed over the vocabulary (the squared
     loss of the topic-model theorems, Li et al. 2023).
     """
+    if reduction not in ("mean", "sum", "row"):
+        raise ValueError(f"reduction {reduction!r}: choose mean, sum or row")
+    rows = targets.shape[0]
     if kind == "bits":  # packed bit rows: BCE summed over bits and steps / batch rows
         scored = targets != IGNORE
         bits = logits.shape[-1]
@@ -146,14 +151,25 @@ def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_
                   & 1).float()
         per_bit = F.binary_cross_entropy_with_logits(logits.float(), wanted, reduction="none")
         total = (per_bit * scored.unsqueeze(-1)).sum()
-        return total / targets.shape[0] if reduction == "mean" else total
+        return total if reduction == "sum" else total / rows
     if kind == "cross_entropy":
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
-                               ignore_index=IGNORE, reduction=reduction)
+        flat = (logits.float().flatten(0, 1), targets.flatten())
+        if reduction == "row":
+            return F.cross_entropy(*flat, ignore_index=IGNORE, reduction="sum") / rows
+        return F.cross_entropy(*flat, ignore_index=IGNORE, reduction=reduction)
     scored = targets != IGNORE
     chosen = logits.float()[scored]
     per_position = ((chosen - F.one_hot(targets[scored], chosen.shape[-1]).float()) ** 2).sum(-1)
+    if reduction == "row":
+        return per_position.sum() / rows
     return per_position.mean() if reduction == "mean" else per_position.sum()
+
+
+def training_loss(logits: torch.Tensor, targets: torch.Tensor, cfg) -> torch.Tensor:
+    """The loss a training step minimizes under ``cfg`` (a ``TrainConfig``): its ``loss``
+    kind, averaged per target position or per row (``loss_reduction``)."""
+    reduction = "row" if cfg.loss_reduction == "row_sum" else "mean"
+    return target_loss(logits, targets, cfg.loss, reduction)
 
 
 def causal_batch(split: SequenceSplit) -> Batch:

@@ -39,7 +39,7 @@ from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
 from sglab.models.dropout import member_masks
-from sglab.tasks.base import IGNORE, Batch, model_is_causal, target_loss
+from sglab.tasks.base import IGNORE, Batch, model_is_causal, training_loss
 from sglab.train.lock import RunLock
 from sglab.train.loop import (
     RMSPROP_ALPHA,
@@ -221,7 +221,7 @@ class StackedStep:
             logits, aux_losses = self._forward(in_dims)(
                 stack.params, stack.constants, batch.input_ids, batch.key_padding_mask,
                 batch.source_ids, batch.source_mask, seeds, steps)
-        losses = torch.stack([target_loss(logits[k], batch.targets[k], run.cfg.loss)
+        losses = torch.stack([training_loss(logits[k], batch.targets[k], run.cfg)
                               for k, run in enumerate(runs)]) + aux_losses
         stack.zero_grad()
         losses.sum().backward()

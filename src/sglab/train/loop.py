@@ -25,7 +25,7 @@ from sglab.models.dropout import dropout_fields_on
 from sglab.names import match_names
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
-from sglab.tasks.base import model_is_causal, target_loss
+from sglab.tasks.base import model_is_causal, training_loss
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
 from sglab.train.lock import RunLock
 from sglab.train.schedule import (
@@ -172,7 +172,7 @@ class LoneStep:
         batch = run.task.train_batch(cfg.batch_size, run.generator, self.causal).to(run.device)
         with self.autocast:
             logits = self.compiled(batch.input_ids, **batch.model_inputs())
-        loss = target_loss(logits, batch.targets, cfg.loss)
+        loss = training_loss(logits, batch.targets, cfg)
         aux_loss = pop_aux_loss(run.model)
         if aux_loss is not None:
             loss = loss + aux_loss
