@@ -216,3 +216,24 @@ def test_masks_math_claims_wait_for_a_net_that_answers_hard_questions():
     claims = math.checked_claims(math.preset("default"), [seed((1, 1, 1), (1, 1, 1), (0.3, 0.3, 0.1))])
     assert all(c.passed is None for c in claims)
     assert "0.300 exact match on the hard test set" in claims[0].evidence
+
+
+@pytest.mark.parametrize("name", ["masks-scan", "masks-math"])
+def test_paper_masks_train_on_the_codes_summed_sequence_loss_with_the_thesis_beta(name):
+    # the authors' encoder-decoder loss sums an example's target tokens; B.3.7's betas (SCAN
+    # Transformer 1e-3, LSTM 3e-5, add_or_sub 2e-5) are set against it
+    exp = experiment(name)
+    thesis_beta = {"masks-scan": 1e-3, "masks-math": 2e-5}[name]
+    for preset, reduction in (("paper", "row_sum"), ("default", "token_mean")):
+        params = {**exp.preset(preset), "seeds": [0]}
+        masks = exp.mask_arms(params, [Base(model="any")])
+        assert {a.config().train.loss_reduction for a in masks} == {reduction}
+        # the nets keep the token mean (Adam cancels the loss's scale, clipping aside)
+        assert {a.config().train.loss_reduction for a in exp.arms(params)} == {"token_mean"}
+        if preset == "paper":
+            assert {a.config().model.beta for a in masks} == {thesis_beta}
+    if name == "masks-scan":
+        params = {**exp.preset("paper"), "seeds": [0], "network": "lstm"}
+        masks = exp.mask_arms(params, [Base(model="any")])
+        assert {(a.config().model.beta, a.config().train.loss_reduction) for a in masks} == \
+            {(3e-5, "row_sum")}

@@ -39,7 +39,7 @@ from sglab.experiments.base import Experiment
 from sglab.experiments.claims import at_least, claim, greater_than
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
 from sglab.experiments.weight_masks import guarded
-from sglab.experiments.weight_masks_scan import train_settings
+from sglab.experiments.weight_masks_scan import mask_loss_words, train_settings
 from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
 from sglab.tasks.mathematics import LEVELS
@@ -51,7 +51,9 @@ MASK_LABELS = {"none": "no mask", "iid": "IID mask (all levels)", "easy": "easy 
 def math_preset(d_model, d_ff, n_heads, n_layers, base_steps, mask_steps, batch, seeds,
                 train_size, eval_examples, beta, mask_lr, module="arithmetic__add_or_sub",
                 base_schedule="constant", base_min=0.5, keep_min=0.9,
-                gap_min=0.1) -> dict[str, Any]:
+                gap_min=0.1, mask_loss="token_mean") -> dict[str, Any]:
+    """``mask_loss``: the masks' ``train.loss_reduction`` (``row_sum``: the authors' code's
+    loss, summed over an answer's tokens, against which the thesis's beta is set)."""
     return {"model": {"name": "seq2seq", "d_model": d_model, "d_ff": d_ff,
                       "n_heads": n_heads, "n_layers": n_layers, "dropout": 0.0,
                       "pos_encoding": "sinusoidal", "tie_embeddings": False},
@@ -59,8 +61,8 @@ def math_preset(d_model, d_ff, n_heads, n_layers, base_steps, mask_steps, batch,
             "mask_steps": mask_steps, "batch": batch, "seeds": seeds,
             "eval_examples": eval_examples, "beta": beta, "base_lr": 1e-3,
             "mask_lr": mask_lr, "mask_samples": 8, "grad_clip": 5.0,
-            "base_schedule": base_schedule, "base_min": base_min, "keep_min": keep_min,
-            "gap_min": gap_min}
+            "base_schedule": base_schedule, "mask_loss": mask_loss, "base_min": base_min,
+            "keep_min": keep_min, "gap_min": gap_min}
 
 
 def test_set(level: str) -> str:
@@ -96,7 +98,7 @@ class MathMasks(Experiment):
                                beta=1e-5, mask_lr=1e-2, module="numbers__place_value",
                                base_schedule="cosine", gap_min=0.05),
         "paper": math_preset(256, 512, 4, 3, 30_000, 30_000, 256, list(range(5)), 1_000_000,
-                             None, beta=2e-5, mask_lr=0.03),
+                             None, beta=2e-5, mask_lr=0.03, mask_loss="row_sum"),
     }
 
     # ------------------------------------------------------------------ runs
@@ -115,7 +117,8 @@ class MathMasks(Experiment):
     def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
         """An IID mask and an easy mask per base net."""
         # four evaluations: the level accuracies along the pruning (and a checkpoint each)
-        train = train_settings(params, params["mask_steps"], params["mask_lr"], 4)
+        train = train_settings(params, params["mask_steps"], params["mask_lr"], 4,
+                               loss_reduction=params["mask_loss"])
         return [Arm({"role": "mask", "mask": mask},
                     {"task": self.task(params, difficulty),
                      "model": {"name": "masked", "base_run": base.run_id,
@@ -190,7 +193,8 @@ class MathMasks(Experiment):
                 f"{model['n_layers']}+{model['n_layers']} layers; base {params['base_steps']} "
                 f"steps on {params['train_size']:,} questions of every level, masks "
                 f"{params['mask_steps']} steps, batch {params['batch']}, beta "
-                f"{params['beta']:g}, K = {params['mask_samples']}. Test sets: {tested} "
+                f"{params['beta']:g} on {mask_loss_words(params)}, K = "
+                f"{params['mask_samples']}. Test sets: {tested} "
                 "questions per level.")
         section = {"title": "Difficulty levels under weight masks", "text": text,
                    "tables": [accuracy_table, kept_table], "figures": [figure]}
