@@ -43,6 +43,7 @@ from filelock import FileLock
 
 from sglab.errors import SglabError
 from sglab.io import atomic_write_bytes
+from sglab.provenance import fingerprint
 
 ENV = "SGLAB_DATA_CACHE"
 MIN_SECONDS = 5.0  # builds faster than this are not worth a file
@@ -64,11 +65,8 @@ def cache_dir() -> Path | None:
 @lru_cache(maxsize=1)
 def source_fingerprint() -> str:
     """Hash of every module of ``sglab.tasks``: the code that generates the data."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    package = Path(__file__).parent
+    return fingerprint(package.glob("*.py"), package)
 
 
 def cache_path(config, directory: Path) -> Path:

@@ -23,6 +23,7 @@ from sglab.io import atomic_write_json, atomic_write_text
 from sglab.models import build_model
 from sglab.models.dropout import dropout_fields_on
 from sglab.names import match_names
+from sglab.provenance import provenance
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import model_is_causal, training_loss
@@ -402,7 +403,7 @@ class Trainer:
             "select_on": self.select_on, "target_metric": self.config.target_metric(),
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
-            **processor(device),
+            **processor(device), "sglab": provenance(),
         }
         extended_from = (self.read_summary() or {}).get("extended_from")
         if extended_from:  # sglab.train.extend: the steps before this one came from that run
