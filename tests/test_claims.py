@@ -1,78 +1,175 @@
-"""Claims built from measured values: the rendered pass rule is the rule that decides."""
+"""Claims judged against the seed's numbers: one verdict scale, the rule shown is the rule
+that decides, and every verdict level reached on constructed values."""
 
 import pytest
+from pydantic import ValidationError
 
 from sglab.experiments.claims import (
-    abs_at_most,
-    any_of,
-    at_least,
-    at_most,
-    claim,
-    greater_than,
-    less_than,
-    not_measurable,
-    slope_negative,
+    AbsAtMost,
+    AnyOf,
+    ClaimSpec,
+    Compare,
+    IsTrue,
+    Measured,
+    NotMeasured,
+    SlopeNegative,
+    Verdict,
+    judge,
+    judge_all,
+    parse_rule,
+    per_seed,
+    summary_line,
 )
 
-
-@pytest.mark.parametrize("threshold", [0.85, 0.9, 0.95])
-def test_the_threshold_in_the_text_is_the_one_checked(threshold):
-    rule = at_least("NoPE", threshold)
-    below = claim("c", "s", {"NoPE": threshold - 1e-9}, [rule])
-    exact = claim("c", "s", {"NoPE": threshold}, [rule])
-    assert f"pass if NoPE ≥ {threshold:g}" in exact.evidence
-    assert below.passed is False and exact.passed is True
+SOURCE = {"document": "001_76659a6d281e669d.txt", "where": "Table 5.1"}
 
 
-def test_comparisons_against_other_values_render_the_margin():
-    values = {"bidirectional": 0.30, "ceiling": 0.29, "causal": 0.95}
-    rules = [at_most("bidirectional", "ceiling", 0.02), at_most("bidirectional", "causal", -0.5)]
-    result = claim("c", "s", values, rules)
-    assert "bidirectional ≤ ceiling + 0.02" in result.evidence
-    assert "bidirectional ≤ causal − 0.5" in result.evidence
-    assert result.passed is True
-    values["causal"] = 0.79
-    assert claim("c", "s", values, rules).passed is False
+def spec(**fields) -> ClaimSpec:
+    return ClaimSpec.model_validate({"statement": "s", "source": SOURCE, **fields})
 
 
-def test_list_values_must_hold_in_every_entry_pairwise():
-    rule = greater_than("same", "different")
-    assert claim("c", "s", {"same": [0.3, 0.2], "different": [0.1, 0.1]}, [rule]).passed
-    failing = claim("c", "s", {"same": [0.3, 0.05], "different": [0.1, 0.1]}, [rule])
-    assert failing.passed is False and "(every entry)" in failing.evidence
+# ----------------------------------------------------------------------------- rule texts
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("NDR forward ≥ 0.95", Compare("NDR forward", "≥", 0.95)),
+    ("NDR forward >= 0.95", Compare("NDR forward", "≥", 0.95)),
+    ("a < 1e-5", Compare("a", "<", 1e-5)),
+    ("bidirectional NoPE ≤ order-blind ceiling + 0.02",
+     Compare("bidirectional NoPE", "≤", "order-blind ceiling", 0.02)),
+    ("x ≤ causal NoPE - 0.5", Compare("x", "≤", "causal NoPE", -0.5)),
+    ("+ rel + gate backward < + abs/rel + gate backward",
+     Compare("+ rel + gate backward", "<", "+ abs/rel + gate backward")),
+    ("|gap| ≤ 0.05", AbsAtMost("gap", 0.05)),
+    ("every column opens", IsTrue("every column opens")),
+    ("slope(converged fraction over ablated layers) < 0",
+     SlopeNegative("converged fraction", "ablated layers")),
+    ("slope(loss) < 0", SlopeNegative("loss", None)),
+    ("a ≥ 0.9 or b ≥ 0.9", AnyOf((Compare("a", "≥", 0.9), Compare("b", "≥", 0.9)))),
+])
+def test_rule_texts_parse_to_the_rule_they_name(text, rule):
+    assert parse_rule(text) == rule
+
+
+@pytest.mark.parametrize("text", ["a ≥ 0.1 ≥ b", "|gap| ≥ 0.05", "slope(x) > 0", "", "|x|"])
+def test_malformed_rules_are_refused(text):
     with pytest.raises(ValueError):
-        rule.holds({"same": [1.0, 2.0], "different": [0.0]})
+        parse_rule(text)
 
 
-def test_any_of_is_decided_per_entry():
-    rule = any_of(greater_than("ratio", 1.0), less_than("different", 0.0))
-    assert rule.holds({"ratio": [2.0, 0.5], "different": [0.1, -0.2]})
-    assert not rule.holds({"ratio": [2.0, 0.5], "different": [0.1, 0.2]})
-    assert "(ratio > 1 or different < 0)" in rule.describe()
+def test_the_rule_shown_is_the_rule_that_decides():
+    rule = parse_rule("NoPE ≥ 0.85")
+    assert rule.describe() == "NoPE ≥ 0.85"
+    assert rule.holds({"NoPE": 0.85}) and not rule.holds({"NoPE": 0.85 - 1e-9})
+    margin = parse_rule("a ≤ b - 0.5")
+    assert margin.describe() == "a ≤ b − 0.5"
+    assert margin.holds({"a": 0.1, "b": 0.7}) and not margin.holds({"a": 0.1, "b": 0.59})
 
 
-def test_slope_and_absolute_rules():
+def test_slope_and_alternatives():
     falling = {"fraction": [1.0, 1.0, 0.5, 0.0], "layers": [0, 1, 2, 3]}
-    assert slope_negative("fraction", over="layers").holds(falling)
-    assert not slope_negative("fraction").holds({"fraction": [0.0, 1.0]})
-    assert not slope_negative("fraction").holds({"fraction": [1.0]})
-    assert abs_at_most("gap", 0.05).holds({"gap": -0.05})
-    assert not abs_at_most("gap", 0.05).holds({"gap": -0.06})
+    assert parse_rule("slope(fraction over layers) < 0").holds(falling)
+    assert not parse_rule("slope(fraction) < 0").holds({"fraction": [0.0, 1.0]})
+    either = parse_rule("a ≥ 0.9 or b ≥ 0.9")
+    assert either.holds({"a": 0.1, "b": 0.95}) and not either.holds({"a": 0.1, "b": 0.5})
 
 
-def test_no_rules_or_unmeasured_values_never_pass_silently():
-    assert claim("c", "s", {"x": 1.0}, []).passed is False
-    with pytest.raises(KeyError):
-        claim("c", "s", {"x": 1.0}, [at_least("y", 0.0)])
+# ----------------------------------------------------------------------------- verdicts
 
 
-def test_not_measurable_is_none_with_the_reason():
-    result = not_measurable("c", "s", "needs two seeds")
-    assert result.passed is None and "needs two seeds" in result.evidence
-    assert set(result.to_dict()) == {"id", "statement", "evidence", "passed"}
+def test_reproduces_when_the_effect_holds_and_the_mean_is_within_tolerance():
+    claim = judge("c", spec(references={"NDR": {"mean": 1.0, "std": 0.0, "seeds": 5}},
+                            effect=["NDR ≥ 0.95"]),
+                  Measured({"NDR": per_seed([0.99, 0.97, 1.0])}))
+    assert claim.verdict is Verdict.REPRODUCES
+    assert claim.values["NDR"]["seeds"] == [0.99, 0.97, 1.0]
+    assert claim.references["NDR"]["within"] is True
 
 
-def test_a_slope_rule_reports_the_slope_it_judged():
-    values = {"fraction": [1.0, 0.5, 0.0], "layers": [0, 1, 2]}
-    result = claim("c", "s", values, [slope_negative("fraction", over="layers")])
-    assert result.passed is True and "slope -0.5" in result.evidence
+def test_qualitative_when_the_effect_holds_but_the_numbers_are_off():
+    claim = judge("c", spec(references={"NDR": {"mean": 0.98, "std": 0.01}},
+                            effect=["NDR > BiLSTM"]),
+                  Measured({"NDR": per_seed([0.80, 0.84]), "BiLSTM": per_seed([0.5, 0.6])}))
+    assert claim.verdict is Verdict.QUALITATIVE
+    assert "outside tolerance" in claim.evidence and "tolerance 0.05" in claim.evidence
+
+
+def test_default_tolerance_is_twice_the_seeds_std_but_at_least_005():
+    ref = {"mean": 0.75, "std": 0.10}
+    within = judge("c", spec(references={"x": ref}, effect=["x ≥ 0"]),
+                   Measured({"x": per_seed([0.56, 0.57])}))  # 0.185 off, allowed 0.2
+    outside = judge("c", spec(references={"x": ref}, effect=["x ≥ 0"]),
+                    Measured({"x": per_seed([0.54, 0.54])}))  # 0.21 off
+    assert within.verdict is Verdict.REPRODUCES and outside.verdict is Verdict.QUALITATIVE
+    small = judge("c", spec(references={"x": {"mean": 1.0, "std": 0.0}}, effect=["x ≥ 0"]),
+                  Measured({"x": 0.94}))
+    assert small.verdict is Verdict.QUALITATIVE  # 0.06 off, allowed max(0.05, 0) = 0.05
+
+
+def test_a_reversed_effect_fails():
+    claim = judge("c", spec(references={"NDR": {"mean": 0.98}}, effect=["NDR > BiLSTM"]),
+                  Measured({"NDR": per_seed([0.54, 0.46]), "BiLSTM": per_seed([0.58, 0.90])}))
+    assert claim.verdict is Verdict.FAILS
+    assert "does not hold: NDR > BiLSTM" in claim.evidence
+
+
+def test_an_absent_effect_fails_where_the_seeds_is_large():
+    """Table 6.1: 'R' minus 'A' is 0.41 in the thesis; a difference of 0.00 is a failure."""
+    claim = judge("c", spec(references={"R - A": {"mean": 0.41}}, effect=["R - A ≥ 0.1"]),
+                  Measured({"R - A": per_seed([0.01, -0.01, 0.0])}))
+    assert claim.verdict is Verdict.FAILS
+
+
+def test_every_seed_fails_on_one_failing_seed_even_with_a_good_mean():
+    claim = spec(references={"NDR backward": {"mean": 1.0, "std": 0.0, "seeds": 5}},
+                 effect=["NDR backward ≥ 0.9"], every_seed=True)
+    values = Measured({"NDR backward": per_seed([1.0, 1.0, 1.0, 1.0, 0.6])})  # mean 0.92
+    assert judge("c", claim, values).verdict is Verdict.FAILS
+    assert "seed position(s) [4]" in judge("c", claim, values).evidence
+    lenient = claim.model_copy(update={"every_seed": False})
+    assert judge("c", lenient, values).verdict is Verdict.QUALITATIVE
+
+
+def test_not_measured_carries_its_reason():
+    claim = judge("c", spec(effect=["x ≥ 0"]), NotMeasured("needs the bAbI files"))
+    assert claim.verdict is Verdict.NOT_MEASURED and "bAbI" in claim.evidence
+
+
+def test_rates_over_seeds_compare_as_numbers():
+    """Table 6.1: 0% of NDR seeds above 95% on 'A'."""
+    rule = spec(references={"share above 0.95": {"mean": 0.0}}, effect=["share above 0.95 ≤ 0.5"])
+    assert judge("c", rule, Measured({"share above 0.95": 0.0})).verdict is Verdict.REPRODUCES
+    assert judge("c", rule, Measured({"share above 0.95": 1 / 3})).verdict is Verdict.QUALITATIVE
+    assert judge("c", rule, Measured({"share above 0.95": 1.0})).verdict is Verdict.FAILS
+
+
+def test_a_looser_tolerance_needs_the_seeds_reason():
+    with pytest.raises(ValidationError, match="tolerance_reason"):
+        spec(references={"x": {"mean": 0.5, "tolerance": 0.3}}, effect=["x ≥ 0"])
+    spec(references={"x": {"mean": 0.5, "tolerance": 0.3, "tolerance_reason": "'sometimes'"}},
+         effect=["x ≥ 0"])
+    spec(references={"x": {"mean": 0.5, "tolerance": 0.01}}, effect=["x ≥ 0"])  # tighter: fine
+
+
+def test_specs_refuse_unknown_fields_and_bad_rules():
+    with pytest.raises(ValidationError):
+        spec(effect=["x ≥ 0"], reference={"x": {"mean": 1.0}})
+    with pytest.raises(ValidationError):
+        spec(effect=["|x| ≥ 0"])
+    with pytest.raises(ValidationError):
+        spec(effect=[])
+
+
+def test_unmeasured_values_and_unjudged_claims_are_errors():
+    with pytest.raises(KeyError, match="did not measure"):
+        judge("c", spec(effect=["x ≥ 0"], references={"y": {"mean": 1.0}}),
+              Measured({"x": 1.0}))
+    with pytest.raises(KeyError, match="left out"):
+        judge_all({"a": spec(effect=["x ≥ 0"])}, {})
+    with pytest.raises(KeyError, match="not in the spec"):
+        judge_all({}, {"a": Measured({"x": 1.0})})
+
+
+def test_summary_counts_every_verdict():
+    claims = [{"verdict": "REPRODUCES"}, {"verdict": "FAILS"}, {"verdict": "FAILS"}]
+    assert summary_line(claims) == "1 REPRODUCES, 0 QUALITATIVE, 2 FAILS, 0 NOT MEASURED"

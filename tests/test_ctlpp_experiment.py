@@ -18,7 +18,7 @@ from sglab.analysis.symbol_clusters import (
 )
 from sglab.errors import SglabError
 from sglab.experiments import run_experiment
-from sglab.experiments.ctlpp import classifier_inputs, pair_correct, wilson
+from sglab.experiments.ctlpp.ctlpp import classifier_inputs, pair_correct, wilson
 from sglab.experiments.runs import FinishedRun
 from sglab.models.transformer import CopyGateBlock
 from sglab.train.ensemble import ensemble_key
@@ -285,7 +285,7 @@ class _Run:
         from types import SimpleNamespace
 
         from sglab.analysis.symbol_clusters import SymbolClusters, adjusted_rand_index
-        from sglab.experiments.ctlpp import IID, OOD
+        from sglab.experiments.ctlpp.ctlpp import IID, OOD
 
         self.labels, self.seed = {"model": "ndr", "split": "R"}, seed
         self.final = {IID: iid, OOD: ood}

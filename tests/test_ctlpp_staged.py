@@ -5,7 +5,7 @@ import pytest
 from sglab import registry
 from sglab.cli import main
 from sglab.experiments import run_experiment
-from sglab.experiments.ctlpp_staged import rise_along_axes
+from sglab.experiments.ctlpp.ctlpp_staged import rise_along_axes
 
 
 def test_presets_cover_the_thesis_grid_and_the_corners():

@@ -11,8 +11,7 @@ import pytest
 from sglab import registry
 from sglab.cli import main
 from sglab.experiments import run_experiment
-from sglab.experiments.claims import less_than
-from sglab.experiments.dnc_babi import (
+from sglab.experiments.dnc.dnc_babi import (
     THESIS_MEAN,
     THESIS_TABLE,
     error_table,
@@ -20,6 +19,7 @@ from sglab.experiments.dnc_babi import (
     mean_error,
     solved,
 )
+from sglab.experiments.legacy_claims import less_than
 from sglab.experiments.runs import FinishedRun, RunSet
 
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "babi"

@@ -55,7 +55,7 @@ def test_variants_of_one_experiment_are_separate_ensembles_and_delta_needs_m():
 
 
 def test_mechanism_probes_use_the_seed_with_the_lowest_final_validation_loss(tmp_path):
-    from sglab.experiments.dnc_common import SPLIT, best_seed
+    from sglab.experiments.dnc.dnc_common import SPLIT, best_seed
     from sglab.experiments.runs import FinishedRun, RunSet
 
     experiment = registry.experiment("dnc-repeat-copy")
@@ -73,7 +73,7 @@ def test_recall_default_and_every_paper_preset_build_the_authors_model():
     """The authors' init and -1/+1 input bits: the recall `default` (where they decide whether
     a run leaves the plateau) and every `paper` preset of the bit tasks; recall's cells as
     wide as App. A.2's."""
-    from sglab.experiments.dnc_common import dnc_arms
+    from sglab.experiments.dnc.dnc_common import dnc_arms
 
     chosen = [("dnc-associative-recall", "default")] + [
         (name, "paper") for name in ("dnc-repeat-copy", "dnc-associative-recall", "dnc-key-value")]

@@ -6,7 +6,7 @@ import pytest
 
 from sglab import registry
 from sglab.experiments import run_experiment
-from sglab.experiments.init_scale import InitScale, phase_cells, pick_exemplars, solution_type
+from sglab.experiments.init_scale.init_scale import InitScale, phase_cells, pick_exemplars, solution_type
 from sglab.tasks.anchors import probe_unseen_input
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from sglab import registry
 from sglab.experiments import run_experiment
-from sglab.experiments.claims import format_value
+from sglab.experiments.legacy_claims import format_value
 from sglab.store import read_metrics
 from sglab.tasks import build_task
 

@@ -11,7 +11,7 @@ from sglab.analysis.routing import active_steps, gate_activity, max_over_heads, 
 from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments import run_experiment
-from sglab.experiments.ndr_routing import (
+from sglab.experiments.ndr.ndr_routing import (
     RoutingProbe,
     first_open_steps,
     gates_open_in_order_claim,

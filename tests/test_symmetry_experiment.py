@@ -27,8 +27,13 @@ def test_quick_preset_writes_results_and_a_self_contained_report(quick_results):
                    "bidirectional-nope-cannot-learn", "residual-ablation-hurts-convergence",
                    "correlations-off-diagonal"]
     for claim in results["claims"]:
-        assert set(claim) == {"id", "statement", "evidence", "passed"}
-        assert claim["passed"] in (True, False, None) and claim["evidence"]
+        assert {"id", "statement", "source", "verdict", "evidence", "values"} <= set(claim)
+        assert claim["source"].startswith("002_b61e1c6be3673e32.txt, Sec")
+    nope = results["claims"][0]
+    assert len(nope["values"]["NoPE"]["seeds"]) == 1  # one seed at quick, shown per seed
+    assert nope["references"]["NoPE"]["mean"] == 1.0  # "nearly-perfect performance"
+    assert results["verdicts"].endswith("NOT MEASURED")
+    assert results["provenance"]["runs_trained"] == 9 and results["provenance"]["runs_reused"] == 0
     html = (root / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64") >= 3  # curves, bidirectional, correlations
     assert "mean ± std" in html
@@ -39,7 +44,7 @@ def test_permutation_invariance_claim_holds_even_untrained(quick_results):
     """Invariance is a property of the architecture, so it holds at any preset."""
     claim = next(c for c in quick_results[1]["claims"]
                  if c["id"] == "bidirectional-nope-permutation-invariant")
-    assert claim["passed"] is True
+    assert claim["verdict"] == "REPRODUCES"
 
 
 def test_rerun_reuses_finished_runs_and_report_rebuilds(quick_results):
@@ -50,7 +55,8 @@ def test_rerun_reuses_finished_runs_and_report_rebuilds(quick_results):
     again = run_experiment(registry.experiment("symmetry"), "quick", root / "out2",
                            root / "runs", workers=1, printer=lambda _: None)
     assert [p.stat().st_mtime_ns for p in checkpoints] == stamps  # nothing retrained
-    assert [c["passed"] for c in again["claims"]] == [c["passed"] for c in results["claims"]]
+    assert [c["verdict"] for c in again["claims"]] == [c["verdict"] for c in results["claims"]]
+    assert again["provenance"]["runs_trained"] == 0 and again["provenance"]["runs_reused"] == 9
     (root / "out" / "report.html").unlink()
     assert main(["report", str(root / "out")]) == 0
     assert (root / "out" / "report.html").is_file()

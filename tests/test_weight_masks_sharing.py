@@ -71,7 +71,7 @@ def test_claims_on_hand_built_measurements():
 
 
 def test_valid_range_counts_consecutive_valid_betas_up_to_the_chosen_one():
-    from sglab.experiments.weight_masks_sharing import valid_run
+    from sglab.experiments.masks.weight_masks_sharing import valid_run
     betas = ["1e-05", "3e-05", "0.0001", "0.0003", "0.001"]
     assert valid_run(betas, betas[:4]) == 3
     assert valid_run(betas, ["3e-05", "0.0001"]) == 1

@@ -155,7 +155,7 @@ def run(
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Change one of the preset's own parameters, KEY=VALUE with the value "
                         "as YAML, e.g. models='[LSTM]' (repeatable; keys the preset has).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Output dir (default: results/NAME-PRESET).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output dir (default: results/NAME/PRESET).")] = None,
     runs_dir: RunsDir = None,
     workers: Workers = None,
     threads: Threads = None,
@@ -169,13 +169,16 @@ def run(
     from sglab.store import runs_dir_from
 
     experiment = registry.experiment(name)
-    out_dir = out or Path("results") / f"{name}-{preset}"
+    out_dir = out or Path("results") / name / preset
     results = run_experiment(experiment, preset, out_dir, runs_dir_from(
         str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
         overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble, backend=backend,
         address=address, params=list(param or []))
-    failed = [c for c in results["claims"] if c["passed"] is False]
-    _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
+    if "verdicts" in results:
+        _out(f"{name} {preset}: {results['verdicts']}")
+    else:
+        failed = [c for c in results["claims"] if c["passed"] is False]
+        _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
 
 
 @app.command()

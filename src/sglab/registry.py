@@ -42,8 +42,8 @@ def _import_package_modules(package_name: str) -> None:
         return
     _IMPORTED_PACKAGES.add(package_name)
     package = importlib.import_module(package_name)
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package_name}.{module.name}")
+    for module in pkgutil.walk_packages(package.__path__, prefix=f"{package_name}."):
+        importlib.import_module(module.name)
 
 
 def load_builtins(experiments: bool = False) -> None:

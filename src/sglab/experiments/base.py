@@ -1,26 +1,33 @@
 """Experiment protocol and runner.
 
-An experiment declares presets (``quick``: about a minute, used in tests;
-``default``: at most ~30 minutes on a 2-core CPU, where its claims are expected
-to hold; ``paper``: the publication's sizes, for a GPU), turns a preset into
-labelled runs (:meth:`Experiment.arms`), and turns the finished runs (a
-:class:`~sglab.experiments.runs.RunSet`) into claims, tables and figures. It holds
-no training code: runs go through the sweep runner and the Trainer.
+An experiment has a spec file beside its module (:mod:`sglab.experiments.spec`): presets
+(``quick``: about a minute, used in tests; ``default``: a 2-core CPU, about an hour at
+most; ``paper``: the publication's sizes, for a GPU) and claims with the seed's numbers.
+Its module turns a preset into labelled runs (:meth:`Experiment.arms`) and the finished
+runs (a :class:`~sglab.experiments.runs.RunSet`) into measured values, tables and
+figures; the runner judges the claims against the seed (:func:`~sglab.experiments.claims.
+judge_all`). It holds no training code: runs go through the sweep runner and the Trainer.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import inspect
+import platform
 import time
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from sglab.config import RunConfig, apply_overrides, parse_override
 from sglab.errors import SglabError
-from sglab.experiments.claims import Claim
+from sglab.experiments.claims import judge_all, summary_line
+from sglab.experiments.legacy_claims import Claim
 from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
+from sglab.experiments.spec import ExperimentParams, ExperimentSpec, load_spec, validate_params
+from sglab.provenance import describe, provenance
 from sglab.report import write_report
 from sglab.store import RunStore, write_labels
 from sglab.sweep.backends import backend_session, check_backend, train_configs
@@ -28,15 +35,34 @@ from sglab.sweep.backends import backend_session, check_backend, train_configs
 
 class Experiment:
     name: str
-    title: str
-    description: str
-    presets: dict[str, dict[str, Any]]
+    #: The typed parameters of a preset; an experiment that sets it reads its title,
+    #: description, presets and claims from ``<name>.yaml`` beside its module.
+    params_model: type[ExperimentParams] | None = None
+
+    @cached_property
+    def spec(self) -> ExperimentSpec:
+        if self.params_model is None:
+            raise SglabError(f"experiment {self.name!r} has no spec file")
+        path = Path(inspect.getfile(type(self))).with_name(f"{self.name}.yaml")
+        return load_spec(path, self.params_model, self.name)
+
+    @property
+    def title(self) -> str:
+        return self.spec.title
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def presets(self) -> dict[str, dict[str, Any]]:
+        return self.spec.presets
 
     def preset(self, name: str, seeds: int | None = None,
                changes: list[str] | None = None) -> dict[str, Any]:
         """The preset's parameters; ``seeds`` replaces its seeds by ``0..seeds-1`` and each
         of ``changes`` (``KEY=VALUE``, dotted into nested parameters, the value read as YAML)
-        replaces one parameter the preset already has."""
+        replaces one parameter the preset already has. Checked against the params model."""
         if name not in self.presets:
             raise SglabError(f"experiment {self.name!r} has no preset {name!r}; "
                              f"presets: {', '.join(self.presets)}")
@@ -47,6 +73,8 @@ class Experiment:
             params["seeds"] = list(range(seeds))
         for text in changes or []:
             set_preset_param(params, text, f"{self.name}:{name}")
+        if self.params_model is not None:
+            params = validate_params(self.params_model, params, f"{self.name}:{name}")
         return params
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
@@ -77,7 +105,8 @@ class Experiment:
         files), before anything is trained or written. Default: nothing to check."""
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        """The finished runs -> {"claims": [...], "sections": [...]}."""
+        """The finished runs -> ``{"measured": {claim id: Measured | NotMeasured},
+        "sections": [...]}`` (every claim of the spec measured or said why not)."""
         raise NotImplementedError
 
     def base_config(self, preset: str) -> dict[str, Any]:
@@ -134,6 +163,7 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     (``local`` process pool or ``ray``; see :mod:`sglab.sweep.backends`); the analysis
     always runs here."""
     started = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.UTC)
     check_backend(backend, address, workers)
     params, overrides = experiment.settings(experiment.preset(preset, seeds, params),
                                             list(overrides or []))
@@ -169,22 +199,51 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
             else f"{experiment.name}: no runs to train; analyzing")
     analysis = experiment.analyze(params, finished_runs(arms, configs, summaries, runs_dir),
                                   out_dir)
-    claims = [c.to_dict() for c in analysis["claims"]]
+    if "measured" in analysis:
+        claims = [c.to_dict() for c in judge_all(experiment.spec.claims, analysis["measured"])]
+    else:  # an experiment not yet judged against the seed's numbers
+        claims = [c.to_dict() for c in analysis["claims"]]
     results = {
         "experiment": experiment.name, "title": experiment.title, "preset": preset,
         "description": experiment.description, "claims": claims,
+        **({"verdicts": summary_line(claims)} if "measured" in analysis else {}),
         "sections": analysis.get("sections", []), "runs": [s["run_id"] for s in summaries],
         "params": params, "seconds": round(time.perf_counter() - started, 1),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
         "labels": [{"run_id": s["run_id"], "seed": c.seed, **arm.labels}
                    for arm, c, s in zip(arms, configs, summaries)],
+        "provenance": run_provenance(summaries, started_at),
     }
     path = write_report(results, out_dir)
     for claim in claims:
-        word = {True: "PASS", False: "FAIL"}.get(claim["passed"], "N/A")
+        word = claim.get("verdict") or {True: "PASS", False: "FAIL"}.get(claim["passed"], "N/A")
         printer(f"  [{word}] {claim['id']}: {claim['evidence']}")
     printer(f"{experiment.name}: report written to {path}")
     return results
+
+
+def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict[str, Any]:
+    """What produced a result: this sglab and machine, and for the runs how many this command
+    trained and how many it found finished in the run store, under which sglab."""
+    trained, reused = [], {}
+    for summary in summaries:
+        finished_at = summary.get("finished_at")
+        if finished_at and datetime.datetime.fromisoformat(finished_at) >= started_at:
+            trained.append(summary["run_id"])
+        else:
+            trained_by = describe(summary.get("sglab"))
+            reused[trained_by] = reused.get(trained_by, 0) + 1
+    processors = sorted({s.get("processor", "unrecorded") for s in summaries})
+    return {"sglab": provenance(), "python": platform.python_version(),
+            "torch": _torch_version(), "processors": processors,
+            "runs_trained": len(trained), "runs_reused": sum(reused.values()),
+            "reused_trained_by": reused}
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 __all__ = ["Arm", "Claim", "Experiment", "RunSet", "run_experiment"]

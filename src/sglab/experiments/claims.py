@@ -1,46 +1,72 @@
-"""Claims computed from named measured values and rule objects.
+"""Claims: the seed's statement with the seed's numbers, judged on our measurements.
 
-A claim pairs a sentence from the paper with measured values (``{"NoPE": 0.98, ...}``)
-and rules (``at_least("NoPE", 0.85)``). The same rule object both renders the pass
-condition in the evidence text and decides the verdict, so the sentence and the check
-cannot disagree. A value may be a list (one entry per seed or per layer): a rule then
-has to hold for every entry (rules over several list values pair them by position).
+A claim's spec lives in the experiment's spec file (``<experiment>.yaml``), not in code:
 
-    claim("nope-matches-learned-pe", "NoPE learns addition about as well as learned PE.",
-          values={"learned PE": 0.99, "NoPE": 0.98, "gap": 0.01},
-          rules=[at_least("learned PE", 0.85), at_least("NoPE", 0.85),
-                 abs_at_most("gap", 0.05)])
+    nope-matches-learned-pe:
+      statement: NoPE with causal attention learns 3-digit addition about as well as ...
+      source: {document: 002_b61e1c6be3673e32.txt, where: Sec. 3, Table 1}
+      references:
+        NoPE: {mean: 0.99}
+      effect: ["learned PE ≥ 0.85", "NoPE ≥ 0.85", "|gap| ≤ 0.05"]
+
+The experiment's analysis measures the named values (:class:`Measured`; a value measured
+once per seed is a :class:`PerSeed` list, in seed order) or says why it cannot
+(:class:`NotMeasured`). :func:`judge` then decides, on one scale for every claim:
+
+- ``REPRODUCES``: every effect rule holds on the means over seeds (and on each seed where
+  the spec says ``every_seed``: the seed's own spread shows no failing seed, as 1.00 ± 0.00),
+  and every referenced value's mean lies within its tolerance of the seed's number
+  (default ``max(0.05, 2 × the seed's std)``; :class:`Reference`);
+- ``QUALITATIVE``: the effect holds as above, our numbers are outside the tolerance;
+- ``FAILS``: the effect does not hold (on the mean, or on a seed where every seed must);
+- ``NOT MEASURED``: not measurable at this preset, with the reason.
+
+Effect rules are short texts, so the rule shown in the report is the rule that decides:
+``NAME ≥ 0.9``, ``NAME > OTHER + 0.1``, ``|NAME| ≤ 0.05``, ``NAME`` (true),
+``slope(NAME over OTHER) < 0``, and alternatives joined by `` or ``.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import re
+import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Value = float | Sequence[float]
+# ----------------------------------------------------------------------------- values
 
 
-@dataclass
-class Claim:
-    """A sentence from the paper, the measured evidence, and whether it held.
+class PerSeed(list):
+    """One measured value per seed, in seed order: judged on its mean, shown per seed."""
 
-    ``passed`` is None when the claim cannot be measured at this preset (the evidence
-    says why).
-    """
 
-    id: str
-    statement: str
-    evidence: str = ""
-    passed: bool | None = None
+def per_seed(values: Sequence[float]) -> PerSeed:
+    return PerSeed(float(v) if not isinstance(v, bool) else v for v in values)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+def mean_of(value: Any) -> Any:
+    """The mean over seeds of a :class:`PerSeed` value (booleans: the fraction true);
+    anything else unchanged."""
+    if isinstance(value, PerSeed):
+        if not value:
+            return math.nan
+        return statistics.fmean(float(v) for v in value)
+    return value
+
+
+def std_of(value: Any) -> float | None:
+    """The sample standard deviation over seeds (None for one seed or a non-seed value)."""
+    if isinstance(value, PerSeed) and len(value) > 1:
+        return statistics.stdev(float(v) for v in value)
+    return None
 
 
 def format_value(value: Any) -> str:
@@ -66,8 +92,12 @@ def _entry(value: Any, index: int) -> Any:
     return value[index] if _length(value) is not None else value
 
 
+# ----------------------------------------------------------------------------- rules
+
+
 class Rule(ABC):
-    """A pass condition over named values."""
+    """A condition over named values. A list value (one entry per layer, say) must satisfy
+    the condition in every entry; lists read together are paired by position."""
 
     @abstractmethod
     def names(self) -> list[str]:
@@ -94,9 +124,6 @@ class Rule(ABC):
             raise ValueError(f"rule {self.describe()!r} pairs lists of lengths {sorted(lengths)}")
         count = lengths.pop() if lengths else 1
         return count > 0 and all(self.holds_at(values, i) for i in range(count))
-
-    def every_entry(self, values: Mapping[str, Any]) -> bool:
-        return any(_length(values[n]) is not None for n in self.names())
 
 
 _SYMBOLS: dict[str, Callable[[float, float], bool]] = {
@@ -170,8 +197,7 @@ class SlopeNegative(Rule):
         return [self.name] + ([self.over] if self.over else [])
 
     def describe(self) -> str:
-        against = f" against {self.over}" if self.over else ""
-        return f"the least-squares slope of {self.name}{against} is negative"
+        return f"slope({self.name}{f' over {self.over}' if self.over else ''}) < 0"
 
     def holds(self, values) -> bool:
         return slope(values, self.name, self.over) < 0
@@ -181,9 +207,6 @@ class SlopeNegative(Rule):
 
     def holds_at(self, values, index) -> bool:  # the rule is about the whole list
         return self.holds(values)
-
-    def every_entry(self, values) -> bool:
-        return False
 
 
 def slope(values: Mapping[str, Any], name: str, over: str | None = None) -> float:
@@ -197,89 +220,275 @@ def slope(values: Mapping[str, Any], name: str, over: str | None = None) -> floa
 
 
 @dataclass(frozen=True)
-class Combined(Rule):
-    """Several rules joined by ``or`` (any holds) or ``and`` (all hold)."""
+class AnyOf(Rule):
+    """Alternatives: the rule holds where any of them holds."""
 
     rules: tuple[Rule, ...]
-    word: str  # "or" | "and"
 
     def names(self) -> list[str]:
         return list(dict.fromkeys(n for r in self.rules for n in r.names()))
 
     def describe(self) -> str:
-        return "(" + f" {self.word} ".join(r.describe() for r in self.rules) + ")"
+        return " or ".join(r.describe() for r in self.rules)
 
     def holds_at(self, values, index) -> bool:
-        combine = any if self.word == "or" else all
-        return combine(r.holds_at(values, index) for r in self.rules)
+        return any(r.holds_at(values, index) for r in self.rules)
+
+    def derived(self, values) -> str:
+        return ", ".join(d for d in (r.derived(values) for r in self.rules) if d)
 
 
-def at_least(name: str, other: str | float, margin: float = 0.0) -> Rule:
-    """``name ≥ other + margin`` (``other`` a number or a value name)."""
-    return Compare(name, "≥", other, margin)
+_OPERATOR = re.compile(r" (≥|≤|>=|<=|>|<) ")
+_ASCII = {">=": "≥", "<=": "≤"}
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_MARGIN = re.compile(rf"^(.*\S) ([+\-−]) ({_NUMBER})$")
+_SLOPE = re.compile(r"^slope\((.+?)(?: over (.+))?\)$")
 
 
-def at_most(name: str, other: str | float, margin: float = 0.0) -> Rule:
-    """``name ≤ other + margin``."""
-    return Compare(name, "≤", other, margin)
+def parse_rule(text: str) -> Rule:
+    """A rule from its text (the grammar is in the module docstring); ValueError if the
+    text is not one."""
+    text = text.strip()
+    if " or " in text:
+        return AnyOf(tuple(parse_rule(part) for part in text.split(" or ")))
+    found = _OPERATOR.findall(text)
+    if not found:
+        if not text or _SLOPE.match(text) or text.startswith("|"):
+            raise ValueError(f"rule {text!r} has no comparison (≥, ≤, >, <)")
+        return IsTrue(text)
+    if len(found) > 1:
+        raise ValueError(f"rule {text!r} has more than one comparison")
+    left, symbol, right = _OPERATOR.split(text)
+    symbol = _ASCII.get(symbol, symbol)
+    if slope_match := _SLOPE.match(left):
+        if symbol != "<" or right.strip() != "0":
+            raise ValueError(f"rule {text!r}: a slope rule reads 'slope(NAME over NAME) < 0'")
+        return SlopeNegative(slope_match.group(1), slope_match.group(2))
+    if left.startswith("|") and left.endswith("|"):
+        if symbol != "≤" or not re.fullmatch(_NUMBER, right):
+            raise ValueError(f"rule {text!r}: an absolute value reads '|NAME| ≤ NUMBER'")
+        return AbsAtMost(left[1:-1], float(right))
+    if re.fullmatch(_NUMBER, right):
+        return Compare(left, symbol, float(right))
+    if margin := _MARGIN.match(right):
+        sign = -1.0 if margin.group(2) in "-−" else 1.0
+        return Compare(left, symbol, margin.group(1), sign * float(margin.group(3)))
+    return Compare(left, symbol, right)
 
 
-def greater_than(name: str, other: str | float, margin: float = 0.0) -> Rule:
-    """``name > other + margin``."""
-    return Compare(name, ">", other, margin)
+# ----------------------------------------------------------------------------- specs
 
 
-def less_than(name: str, other: str | float, margin: float = 0.0) -> Rule:
-    """``name < other + margin``."""
-    return Compare(name, "<", other, margin)
+class Source(BaseModel):
+    """Where the seed states the claim: the document's file name in the seeds folder and the
+    table, figure or section."""
+
+    model_config = ConfigDict(extra="forbid")
+    document: str
+    where: str
 
 
-def abs_at_most(name: str, limit: float) -> Rule:
-    return AbsAtMost(name, limit)
+class Reference(BaseModel):
+    """The seed's number for one of our measured values: mean ± std over ``seeds`` runs.
+
+    ``tolerance``: how far our mean may lie from it and still reproduce; by default
+    ``max(0.05, 2 × std)`` (for accuracies). A tolerance looser than that needs a
+    ``tolerance_reason`` (the seed's text that allows it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mean: float
+    std: float | None = None
+    seeds: int | None = None
+    tolerance: float | None = Field(default=None, ge=0)
+    tolerance_reason: str | None = None
+
+    def default_tolerance(self) -> float:
+        return max(0.05, 2 * (self.std or 0.0))
+
+    def allowed(self) -> float:
+        return self.default_tolerance() if self.tolerance is None else self.tolerance
+
+    def describe(self) -> str:
+        spread = f" ± {self.std:g}" if self.std is not None else ""
+        seeds = f" ({self.seeds} seeds)" if self.seeds else ""
+        return f"{self.mean:g}{spread}{seeds}"
 
 
-def is_true(name: str) -> Rule:
-    return IsTrue(name)
+class ClaimSpec(BaseModel):
+    """One claim of an experiment's spec file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    statement: str
+    source: Source
+    references: dict[str, Reference] = Field(default_factory=dict)
+    effect: list[str] = Field(min_length=1)
+    every_seed: bool = False
+    note: str | None = None
+
+    @field_validator("effect")
+    @classmethod
+    def _rules_parse(cls, effect: list[str]) -> list[str]:
+        for text in effect:
+            parse_rule(text)
+        return effect
+
+    @field_validator("references")
+    @classmethod
+    def _looser_needs_reason(cls, references: dict[str, Reference]) -> dict[str, Reference]:
+        for name, ref in references.items():
+            if (ref.tolerance is not None and ref.tolerance > ref.default_tolerance()
+                    and not ref.tolerance_reason):
+                raise ValueError(f"reference {name!r}: tolerance {ref.tolerance:g} is looser than "
+                                 f"the default {ref.default_tolerance():g}; give the seed's "
+                                 "text that allows it as tolerance_reason")
+        return references
+
+    def rules(self) -> list[Rule]:
+        return [parse_rule(text) for text in self.effect]
 
 
-def slope_negative(name: str, over: str | None = None) -> Rule:
-    return SlopeNegative(name, over)
+# ----------------------------------------------------------------------------- verdicts
 
 
-def any_of(*rules: Rule) -> Rule:
-    return Combined(tuple(rules), "or")
+class Verdict(StrEnum):
+    REPRODUCES = "REPRODUCES"
+    QUALITATIVE = "QUALITATIVE"
+    FAILS = "FAILS"
+    NOT_MEASURED = "NOT MEASURED"
 
 
-def all_of(*rules: Rule) -> Rule:
-    return Combined(tuple(rules), "and")
+@dataclass
+class Measured:
+    """The values a claim reads (``PerSeed`` lists for per-seed values) and a line of context
+    (what the values are: the split, the checkpoint, the unit)."""
+
+    values: dict[str, Any]
+    context: str = ""
 
 
-def render_rules(rules: Sequence[Rule], values: Mapping[str, Any]) -> str:
-    """``pass if A ≥ 0.85 and B ≤ C (in every seed)``."""
-    parts = [r.describe() + (" (every entry)" if r.every_entry(values) else "") for r in rules]
-    return "pass if " + " and ".join(parts)
+@dataclass
+class NotMeasured:
+    reason: str
 
 
-def claim(id: str, statement: str, values: Mapping[str, Any], rules: Sequence[Rule],
-          context: str = "", shown: Sequence[str] | None = None) -> Claim:
-    """A claim whose verdict is every rule holding on ``values``.
+@dataclass
+class Claim:
+    """A judged claim, as the report and ``results.json`` show it."""
 
-    The evidence lists the measured values (``shown``, default all), the optional
-    ``context`` and the pass rule rendered from the same rule objects that decide.
-    """
-    names = list(shown) if shown is not None else list(values)
-    measured = ", ".join([f"{n} {format_value(values[n])}" for n in names]
-                         + [d for d in (rule.derived(values) for rule in rules) if d])
-    verdict = bool(rules) and all(rule.holds(values) for rule in rules)
-    evidence = "; ".join(p for p in (context, measured, render_rules(rules, values)) if p)
-    return Claim(id, statement, evidence, verdict)
+    id: str
+    statement: str
+    source: str
+    verdict: Verdict
+    evidence: str
+    values: dict[str, Any] = field(default_factory=dict)
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "statement": self.statement, "source": self.source,
+                "verdict": self.verdict.value, "evidence": self.evidence,
+                "values": self.values, "references": self.references,
+                **({"note": self.note} if self.note else {})}
 
 
-def not_measurable(id: str, statement: str, reason: str) -> Claim:
-    """A claim this preset cannot check (``passed`` None, the reason as evidence)."""
-    return Claim(id, statement, f"not measurable: {reason}", None)
+def _seed_count(values: Mapping[str, Any]) -> int | None:
+    counts = {len(v) for v in values.values() if isinstance(v, PerSeed)}
+    if len(counts) > 1:
+        raise ValueError(f"per-seed values of different lengths {sorted(counts)}")
+    return counts.pop() if counts else None
 
 
-__all__ = ["Claim", "Rule", "abs_at_most", "all_of", "any_of", "at_least", "at_most", "claim",
-           "format_value", "greater_than", "is_true", "less_than", "not_measurable",
-           "render_rules", "slope", "slope_negative"]
+def _shown(value: Any) -> dict[str, Any] | Any:
+    if isinstance(value, PerSeed):
+        return {"mean": mean_of(value), "std": std_of(value), "seeds": list(value)}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def _format_shown(name: str, value: Any) -> str:
+    if isinstance(value, PerSeed):
+        return f"{name} {format_value(mean_of(value))} (seeds {format_value(list(value))})"
+    return f"{name} {format_value(value)}"
+
+
+def judge(claim_id: str, spec: ClaimSpec, measurement: Measured | NotMeasured) -> Claim:
+    """The verdict of one claim on its measurement (see the module docstring)."""
+    source = f"{spec.source.document}, {spec.source.where}"
+    if isinstance(measurement, NotMeasured):
+        return Claim(claim_id, spec.statement, source, Verdict.NOT_MEASURED,
+                     f"not measured: {measurement.reason}", note=spec.note)
+    values = measurement.values
+    rules = spec.rules()
+    read = {n for r in rules for n in r.names()} | set(spec.references)
+    missing = sorted(read - set(values))
+    if missing:
+        raise KeyError(f"claim {claim_id!r} reads values its analysis did not measure: {missing}")
+    means = {name: mean_of(value) for name, value in values.items()}
+    failed = [r.describe() for r in rules if not r.holds(means)]
+    seeds = _seed_count(values)
+    failing_seeds: list[int] = []
+    if spec.every_seed and seeds:
+        for index in range(seeds):
+            one = {n: (v[index] if isinstance(v, PerSeed) else v) for n, v in values.items()}
+            if not all(r.holds(one) for r in rules):
+                failing_seeds.append(index)
+    outside = []
+    references = {}
+    for name, ref in spec.references.items():
+        ours, allowed = means[name], ref.allowed()
+        within = bool(abs(float(ours) - ref.mean) <= allowed)
+        references[name] = {**ref.model_dump(exclude_none=True), "allowed": allowed,
+                            "ours": ours, "within": within}
+        if not within:
+            outside.append(f"{name} {format_value(ours)} vs the seed's {ref.describe()} "
+                           f"(tolerance {allowed:g})")
+    if failed or failing_seeds:
+        verdict = Verdict.FAILS
+    else:
+        verdict = Verdict.QUALITATIVE if outside else Verdict.REPRODUCES
+    derived = [d for d in (r.derived(means) for r in rules) if d]
+    parts = [measurement.context,
+             ", ".join([_format_shown(n, v) for n, v in values.items()] + derived),
+             "effect: " + "; ".join(spec.effect) + (" (on the mean and every seed)"
+                                                     if spec.every_seed else " (on the mean)")]
+    if failed:
+        parts.append("does not hold: " + "; ".join(failed))
+    if failing_seeds:
+        parts.append(f"fails on seed position(s) {failing_seeds}")
+    if spec.references:
+        parts.append("outside tolerance: " + "; ".join(outside) if outside
+                     else "within tolerance of the seed's numbers")
+    return Claim(claim_id, spec.statement, source, verdict,
+                 "; ".join(p for p in parts if p),
+                 {n: _shown(v) for n, v in values.items()}, references, spec.note)
+
+
+def judge_all(specs: Mapping[str, ClaimSpec],
+              measurements: Mapping[str, Measured | NotMeasured]) -> list[Claim]:
+    """Every claim of the spec, in the spec's order; an analysis that measures a claim the
+    spec does not have, or leaves one out, is a programming error."""
+    unknown = sorted(set(measurements) - set(specs))
+    left_out = sorted(set(specs) - set(measurements))
+    if unknown or left_out:
+        raise KeyError(f"the analysis measured claims not in the spec {unknown} and left out "
+                       f"claims of the spec {left_out}")
+    return [judge(claim_id, spec, measurements[claim_id]) for claim_id, spec in specs.items()]
+
+
+def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """``{verdict: count}`` over claim dicts, every verdict present (0 where none)."""
+    counts = {v.value: 0 for v in Verdict}
+    for claim in claims:
+        counts[claim["verdict"]] += 1
+    return counts
+
+
+def summary_line(claims: Sequence[Mapping[str, Any]]) -> str:
+    """``2 REPRODUCES, 1 QUALITATIVE, 1 FAILS, 0 NOT MEASURED``."""
+    return ", ".join(f"{n} {v}" for v, n in verdict_counts(claims).items())
+
+
+__all__ = ["Claim", "ClaimSpec", "Measured", "NotMeasured", "PerSeed", "Reference", "Rule",
+           "Source", "Verdict", "format_value", "judge", "judge_all", "mean_of", "parse_rule",
+           "per_seed", "slope", "std_of", "summary_line", "verdict_counts"]

@@ -20,7 +20,8 @@ h1{font-size:1.6em} h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f4f4f4} .pass{color:#137333;font-weight:600} .fail{color:#b3261e;font-weight:600}
-.na{color:#777;font-weight:600} figure{margin:1em 0} figcaption{font-size:.85em;color:#555}
+.na{color:#777;font-weight:600} .qual{color:#a56300;font-weight:600}
+figure{margin:1em 0} figcaption{font-size:.85em;color:#555}
 img{max-width:100%} code{background:#f4f4f4;padding:0 .2em} .meta{color:#555;font-size:.9em}
 """
 
@@ -50,17 +51,31 @@ def _figure(figure: dict, base_dir: Path) -> str:
             f"src='data:image/png;base64,{data}'><figcaption>{caption}</figcaption></figure>")
 
 
+VERDICT_CSS = {"REPRODUCES": "pass", "QUALITATIVE": "qual", "FAILS": "fail",
+               "NOT MEASURED": "na"}
+
+
 def _claims(claims: list[dict]) -> str:
+    judged = any("verdict" in claim for claim in claims)
     rows = []
     for claim in claims:
-        passed = claim.get("passed")
-        css, word = {True: ("pass", "PASS"), False: ("fail", "FAIL")}.get(passed, ("na", "N/A"))
+        if judged:
+            word = claim["verdict"]
+            css = VERDICT_CSS[word]
+        else:  # results written before claims were judged against the seed's numbers
+            css, word = {True: ("pass", "PASS"), False: ("fail", "FAIL")}.get(
+                claim.get("passed"), ("na", "N/A"))
+        source = (f"<br><span class=meta>{html.escape(claim['source'])}</span>"
+                  if claim.get("source") else "")
+        note = (f"<br><span class=meta>{html.escape(claim['note'])}</span>"
+                if claim.get("note") else "")
         rows.append(f"<tr><td><code>{html.escape(claim['id'])}</code></td>"
-                    f"<td>{html.escape(claim['statement'])}</td>"
+                    f"<td>{html.escape(claim['statement'])}{source}{note}</td>"
                     f"<td>{html.escape(claim.get('evidence', ''))}</td>"
                     f"<td class={css}>{word}</td></tr>")
-    return ("<table><tr><th>claim</th><th>statement</th><th>evidence</th><th>result</th></tr>"
-            + "".join(rows) + "</table>")
+    head = "verdict" if judged else "result"
+    return (f"<table><tr><th>claim</th><th>statement and source</th><th>evidence</th>"
+            f"<th>{head}</th></tr>" + "".join(rows) + "</table>")
 
 
 def _labels_table(labels: list[dict]) -> dict:
@@ -69,6 +84,19 @@ def _labels_table(labels: list[dict]) -> dict:
     return {"columns": [*keys, "seed", "run"],
             "rows": [[row.get(k, "") for k in keys] + [row.get("seed", ""), row["run_id"]]
                      for row in labels]}
+
+
+def describe_provenance(record: dict) -> str:
+    """``sglab 0.1.0 (source ..., commit ...) on <CPU>; 27 runs trained by this command,
+    0 reused from the run store``."""
+    from sglab.provenance import describe
+
+    reused = "; ".join(f"{n} trained by sglab {who}"
+                       for who, n in record.get("reused_trained_by", {}).items())
+    return (f"sglab {describe(record.get('sglab'))}, torch {record.get('torch')}, on "
+            f"{', '.join(record.get('processors') or ['-'])}; {record.get('runs_trained', 0)} runs "
+            f"trained by this command, {record.get('runs_reused', 0)} reused from the run store"
+            + (f" ({reused})" if reused else ""))
 
 
 def render_results(results: dict, base_dir: Path) -> str:
@@ -80,10 +108,14 @@ def render_results(results: dict, base_dir: Path) -> str:
     if meta:
         parts.append("<p class=meta>" + " · ".join(
             f"{k}: {len(v) if isinstance(v, list) else _cell(v)}" for k, v in meta.items()) + "</p>")
+    if results.get("provenance"):
+        parts.append(f"<p class=meta>{html.escape(describe_provenance(results['provenance']))}</p>")
     if results.get("description"):
         parts.append(f"<p>{html.escape(results['description'])}</p>")
     if results.get("claims"):
-        parts.append("<h2>Claims</h2>" + _claims(results["claims"]))
+        verdicts = (f"<p class=meta>{html.escape(results['verdicts'])}</p>"
+                    if results.get("verdicts") else "")
+        parts.append("<h2>Claims</h2>" + verdicts + _claims(results["claims"]))
     for section in results.get("sections", []):
         parts.append(f"<h2>{html.escape(section['title'])}</h2>")
         if section.get("text"):

@@ -8,6 +8,7 @@ replays exactly the same batches and ends bit-identical on CPU.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import platform
@@ -427,6 +428,8 @@ class Trainer:
             "train_tokens_per_second": None if tokens_per_second is None else round(tokens_per_second, 1),
             "train_steps_per_second": None if steps_per_second is None else round(steps_per_second, 3),
             "final": records[-1] if records else None, "best": best, "target": target,
+            "finished_at": datetime.datetime.now(datetime.UTC).isoformat(
+                timespec="seconds"),
         }
         self._write_summary(summary)
         return summary

@@ -1,0 +1,1 @@
+"""CTL++ (thesis ch. 6): composing functions never seen together."""

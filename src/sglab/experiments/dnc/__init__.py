@@ -1,0 +1,1 @@
+"""The improved Differentiable Neural Computer (thesis ch. 2)."""

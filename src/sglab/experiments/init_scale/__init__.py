@@ -1,0 +1,1 @@
+"""Initialization scale decides reasoning vs memorizing (Zhang et al. 2024)."""

@@ -1,0 +1,280 @@
+"""How much the add and mul masks share, against the mask regularizer β and the network
+size (thesis App. B.3.3, Figs B.4-B.5).
+
+Per size and seed an FNN trains on the full add/mul task; on each finished net, for every β
+of the grid, masks train on the full task, on addition and on multiplication. The analysis
+reads each mask's final accuracy per operation, counts the weights the add and mul masks
+share over all layers, picks β per size by B.3.3's rule (the largest β whose full-task mask
+keeps at least 95% of the unmasked accuracy on both operations) and compares the sharing
+across β and across sizes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from sglab.analysis import weight_masks as wm
+from sglab.errors import SglabError
+from sglab.experiments.base import Experiment
+from sglab.experiments.legacy_claims import at_least, at_most, claim, greater_than, not_measurable
+from sglab.experiments.masks.weight_masks import base_arm, guarded, mask_arm
+from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.registry import register_experiment
+from sglab.report.plots import annotated_heatmap, grouped_bars
+
+SPLIT = "iid_test"
+OPS = ("add", "mul")
+MASKS = {"full": "all", "add": "add", "mul": "mul"}  # mask name -> task.subset
+
+
+def beta_label(beta: float) -> str:
+    return f"{beta:g}"
+
+
+def valid_run(betas: list[str], valid: list[str]) -> int:
+    """Grid steps covered by the run of consecutive valid betas that ends at the largest
+    valid one (the chosen beta): 0 when the beta below it is not valid."""
+    index = betas.index(valid[-1])
+    start = index
+    while start > 0 and betas[start - 1] in valid:
+        start -= 1
+    return index - start
+
+
+def size_label(hidden: list[int]) -> str:
+    return "-".join(map(str, hidden))
+
+
+def task_config(params: dict[str, Any], subset: str) -> dict[str, Any]:
+    """The add/mul task, trained on ``subset`` (all, add or mul)."""
+    return {"name": "add_mul", "subset": subset, "valid_size": params["valid_size"]}
+
+
+def preset(sizes, betas, base_steps, mask_steps, seeds, valid) -> dict[str, Any]:
+    return {"sizes": sizes, "betas": betas, "base_steps": base_steps, "mask_steps": mask_steps,
+            "seeds": seeds, "valid_size": valid, "batch": 128,
+            # B.3.3: a mask is valid while the full-task mask keeps this share of the
+            # unmasked accuracy
+            "keep_min": 0.95,
+            # Fig. B.4 ("not very sensitive to the exact choice of beta"): the full-task
+            # mask stays valid over at least this many grid steps of beta up to the chosen one
+            "valid_range_min": 1}
+
+
+class MaskSharing(Experiment):
+    name = "masks-sharing"
+    title = "Weight masks: add/mul sharing against beta and network size (Figs B.4-B.5)"
+    description = ("FNNs of several sizes learn (a op b) mod 100; add, mul and full-task masks "
+                   "train at several beta. Beta is chosen per size by B.3.3's rule; the add "
+                   "mask's sharing with the mul mask is compared across beta and sizes.")
+    presets = {
+        "quick": preset([[32, 32], [64, 64]], [1e-4, 1e-3], 300, 60, [0], 500),
+        "default": preset([[200, 200, 100], [400, 400, 200], [800, 800, 400]],
+                          [1e-4, 3e-4, 1e-3], 10000, 2000, [0], 2000),
+        # Fig. B.5's sizes: small, medium, big, huge (B.4 shows medium and big); 10 seeds,
+        # 20k steps a phase
+        "paper": preset([[400, 400, 200], [800] * 4, [2000] * 4, [4000] * 4],
+                        [1e-5, 3e-5, 1e-4, 3e-4, 1e-3], 20000, 20000, list(range(10)), 10000),
+    }
+
+    def check(self, params: dict[str, Any]) -> None:
+        if len(params["sizes"]) < 2 or len(params["betas"]) < 2:
+            raise SglabError("masks-sharing needs at least two sizes and two betas "
+                             f"(got {list(params['sizes'])} and {params['betas']})")
+        if any(b < 0 for b in params["betas"]) or sorted(params["betas"]) != params["betas"]:
+            raise SglabError(f"betas must be non-negative and ascending, got {params['betas']}")
+
+    def arms(self, params: dict[str, Any]) -> list[Arm]:
+        """The nets, one per size and seed (the masks follow, see :meth:`stages`)."""
+        self.check(params)
+        return [base_arm(params, {"size": size}, task_config(params, "all"),
+                         {"name": "fnn", "hidden": hidden, "outputs": 2}, seed)
+                for hidden in params["sizes"] for size in [size_label(hidden)]
+                for seed in params["seeds"]]
+
+    def mask_arms(self, params: dict[str, Any], bases: RunSet) -> list[Arm]:
+        return [mask_arm({**params, "beta": beta}, base,
+                         {"size": base["size"], "beta": beta_label(beta), "mask": mask},
+                         task_config(params, subset), base.seed)
+                for base in bases for beta in params["betas"] for mask, subset in MASKS.items()]
+
+    def stages(self, params):
+        return [lambda previous: self.arms(params),
+                lambda previous: self.mask_arms(params, previous.where(role="base"))]
+
+    # ------------------------------------------------------------------ measures
+    @staticmethod
+    def accuracy(run: FinishedRun) -> dict[str, float]:
+        """Final exact match per operation (a mask run evaluates under its final mask)."""
+        return {op: float(run.final[f"{SPLIT}/exact_match/op={op}"]) for op in OPS}
+
+    @staticmethod
+    def sharing(add: FinishedRun, mul: FinishedRun) -> dict[str, Any]:
+        """Shared proportion of the add and of the mul mask over all weight layers
+        (|M_add ∧ M_mul| / |M_add|, the total of Figs B.4-B.5) and per layer."""
+        final = {"add": add.model().final_masks(), "mul": mul.model().final_masks()}
+        layers = [n for n, m in final["add"].items() if m.dim() >= 2]
+        masks = {op: {n: final[op][n] for n in layers} for op in OPS}
+        return {"total": wm.total_sharing(masks), "layers": wm.sharing_per_layer(masks),
+                "kept": {op: wm.count(masks[op]) for op in OPS}}
+
+    def cell(self, base: FinishedRun, masks: RunSet) -> dict[str, Any]:
+        """One net and one β: the accuracies relative to the unmasked net, sharing, kept."""
+        none = self.accuracy(base)
+        runs = {m: masks.only(mask=m) for m in MASKS}
+        acc = {m: self.accuracy(r) for m, r in runs.items()}
+        return {"none": none, "accuracy": acc,
+                "full_keeps": min(acc["full"][op] / max(none[op], 1e-9) for op in OPS),
+                **self.sharing(runs["add"], runs["mul"])}
+
+    def measured(self, params, runs: RunSet) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """{size: {β label: [one cell per seed]}}."""
+        masks = runs.where(role="mask")
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for size in map(size_label, params["sizes"]):
+            for base in runs.where(role="base", size=size):
+                mine = masks.where(lambda r, s=base.seed: r.seed == s, size=size)
+                for beta in params["betas"]:
+                    out.setdefault(size, {}).setdefault(beta_label(beta), []).append(
+                        self.cell(base, mine.where(beta=beta_label(beta))))
+        return out
+
+    @staticmethod
+    def valid_betas(params, cells: dict[str, list[dict[str, Any]]]) -> list[str]:
+        """The betas whose full-task mask keeps ``keep_min`` of the unmasked accuracy on
+        both operations (mean over seeds); B.3.3 chooses the largest of them."""
+        return [beta_label(b) for b in params["betas"]
+                if statistics.mean(c["full_keeps"] for c in cells[beta_label(b)])
+                >= params["keep_min"]]
+
+    # ------------------------------------------------------------------ report
+    def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
+        measured = self.measured(params, runs)
+        sizes = [size_label(h) for h in params["sizes"]]
+        betas = [beta_label(b) for b in params["betas"]]
+        valid = {size: self.valid_betas(params, measured[size]) for size in sizes}
+        chosen = {size: (valid[size] or [None])[-1] for size in sizes}
+        share = {size: {b: statistics.mean(c["total"]["add"] for c in measured[size][b])
+                        for b in betas} for size in sizes}
+        keeps = {size: {b: statistics.mean(c["full_keeps"] for c in measured[size][b])
+                        for b in betas} for size in sizes}
+        rows = [[size, b + (" (chosen)" if b == chosen[size] else ""),
+                 *self.row(measured[size][b])] for size in sizes for b in betas]
+        table = {"title": "Per size and beta, mean ± std over seeds: exact match of the "
+                          "unmasked net, the full-task mask's share of it (worse operation), "
+                          "the add and mul masks on both operations, their total shared "
+                          "proportion [%] and the weights they keep",
+                 "columns": ["hidden sizes", "beta", "unmasked add / mul", "full / unmasked",
+                             "add mask on add / mul", "mul mask on mul / add",
+                             "add shared [%]", "mul shared [%]", "kept add", "kept mul"],
+                 "rows": rows}
+        layers = {size: list(measured[size][chosen[size]][0]["layers"]["add"])
+                  for size in sizes if chosen[size]}
+        layer_table = {
+            "title": "Shared proportion of the add mask per weight layer [%] at each size's "
+                     "chosen beta (mean over seeds)",
+            "columns": ["hidden sizes", "beta", "per layer, input to output"],
+            "rows": [[size, chosen[size], " / ".join(
+                f"{100 * statistics.mean(c['layers']['add'][layer] for c in cells):.1f}"
+                for layer in layers[size])]
+                for size in layers for cells in [measured[size][chosen[size]]]]}
+        heatmap = annotated_heatmap(
+            out_dir, "sharing-vs-beta",
+            [("add mask's shared proportion [%]", [[100 * share[s][b] for b in betas]
+                                                    for s in sizes]),
+             ("full-task mask / unmasked [%]", [[100 * keeps[s][b] for b in betas]
+                                                 for s in sizes])],
+            xticklabels=betas, yticklabels=sizes, xlabel="beta", ylabel="hidden sizes",
+            title="Sharing against beta and size", fmt="{:.0f}", vmin=0, vmax=100,
+            shaded=[[b not in valid[s] for b in betas] for s in sizes],
+            caption="Left: the add mask's shared proportion with the mul mask over all layers "
+                    "(the colour of thesis Fig. B.4); right: the full-task mask's exact match "
+                    "over the unmasked net's (worse operation). Hatched: the full-task mask "
+                    f"keeps less than {100 * params['keep_min']:g}% (B.3.3: beta too large, "
+                    "or the net cannot be masked). Means over seeds.")
+        by_size = grouped_bars(
+            out_dir, "sharing-vs-size",
+            {"add mask": {f"{s} (beta {chosen[s]})": 100 * share[s][chosen[s]] for s in layers}},
+            title="Shared proportion of the add mask per size", ylabel="shared [%]",
+            ylim=(0, 100), caption="The add mask's shared proportion over all layers at each "
+                                   "size's chosen beta (thesis Fig. B.5), mean over seeds.")
+        base = min(c["none"][op] for size in sizes for cells in measured[size].values()
+                   for c in cells for op in OPS)
+        claims = guarded(self.claims(params, valid, share), base, "exact match on an operation")
+        text = (f"{len(params['seeds'])} seed(s) per size; nets {params['base_steps']} steps, "
+                f"masks {params['mask_steps']} steps. Beta per size by B.3.3's rule (the "
+                f"largest beta whose full-task mask keeps >= {100 * params['keep_min']:g}% of "
+                "the unmasked exact match on both operations): "
+                + ", ".join(f"{s} {chosen[s] or 'none'}" for s in sizes) + ".")
+        return {"claims": claims,
+                "sections": [{"title": "Sharing against beta and network size", "text": text,
+                              "tables": [table, layer_table], "figures": [heatmap, by_size]}]}
+
+    @staticmethod
+    def row(cells: list[dict[str, Any]]) -> list[str]:
+        """The table cells of one size and beta (mean ± std over seeds)."""
+        def ms(get, digits=3):
+            return format_mean_std([get(c) for c in cells], digits)
+
+        return [f"{ms(lambda c: c['none']['add'])} / {ms(lambda c: c['none']['mul'])}",
+                ms(lambda c: c["full_keeps"]),
+                f"{ms(lambda c: c['accuracy']['add']['add'])} / "
+                f"{ms(lambda c: c['accuracy']['add']['mul'])}",
+                f"{ms(lambda c: c['accuracy']['mul']['mul'])} / "
+                f"{ms(lambda c: c['accuracy']['mul']['add'])}",
+                ms(lambda c: 100 * c["total"]["add"], 1), ms(lambda c: 100 * c["total"]["mul"], 1),
+                ms(lambda c: c["kept"]["add"], 0), ms(lambda c: c["kept"]["mul"], 0)]
+
+    def claims(self, params, valid: dict[str, list[str]],
+               share: dict[str, dict[str, float]]) -> list:
+        """B.4: beta transfers between sizes and the full-task mask is not very sensitive
+        to it (the authors' plot of Fig. B.4, ``paper/plot_mask_weight_sensivity.py`` in
+        their weight-mask code: accuracy on the y-axis, sharing as the colour); B.5:
+        larger nets share less. A size whose full-task mask fails at every beta is left out
+        (B.3.3 finds no beta for it: the thesis's advice is a net large enough to mask)."""
+        betas = [beta_label(b) for b in params["betas"]]
+        usable = [s for s in share if valid[s]]
+        skipped = [s for s in share if not valid[s]]
+        note = (f"left out, no beta keeps its full-task mask valid: {', '.join(skipped)}"
+                if skipped else "")
+        statements = {
+            "beta-transfers-across-sizes": "The beta chosen by B.3.3's rule transfers between "
+            "network sizes: the sizes' chosen betas lie within one grid step (Fig. B.4).",
+            "accuracy-insensitive-to-beta": "At every size, the full-task mask keeps its "
+            f"accuracy over a range of beta: at least {params['valid_range_min']} grid step(s) "
+            "of valid betas end at the chosen one, so a beta a step smaller is valid too "
+            "(Fig. B.4: the full-task mask's accuracy against beta, 'not very sensitive to the "
+            "exact choice of beta'; the add mask's sharing, the figure's colour, is reported).",
+            "sharing-falls-with-size": "The add mask shares fewer of its weights with the mul "
+            "mask in a larger net, each at its chosen beta (Fig. B.5).",
+        }
+        if len(usable) < 2:
+            reason = f"{len(usable)} size(s) with a valid beta, the comparison needs two" + \
+                (f" ({note})" if note else "")
+            return [not_measurable(i, t, reason) for i, t in statements.items()]
+        chosen = {s: valid[s][-1] for s in usable}
+        steps = [betas.index(chosen[s]) for s in usable]
+        transfer = claim("beta-transfers-across-sizes", statements["beta-transfers-across-sizes"],
+                         {"chosen beta": [chosen[s] for s in usable],
+                          "spread [grid steps]": max(steps) - min(steps)},
+                         [at_most("spread [grid steps]", 1)],
+                         context="sizes " + ", ".join(usable) + (f"; {note}" if note else ""))
+        ranges = {f"{s} valid range [grid steps]": valid_run(betas, valid[s]) for s in usable}
+        spans = {f"{s} add shared, max - min over valid betas":
+                 max(share[s][b] for b in valid[s]) - min(share[s][b] for b in valid[s])
+                 for s in usable}
+        insensitive = claim("accuracy-insensitive-to-beta",
+                            statements["accuracy-insensitive-to-beta"], ranges | spans,
+                            [at_least(name, params["valid_range_min"]) for name in ranges],
+                            context=note)
+        at_choice = {f"{s} add shared": share[s][chosen[s]] for s in usable}
+        names = list(at_choice)
+        falls = claim("sharing-falls-with-size", statements["sharing-falls-with-size"],
+                      at_choice, [greater_than(a, b) for a, b in zip(names, names[1:])],
+                      context=note)
+        return [transfer, insensitive, falls]
+
+
+register_experiment(MaskSharing())

@@ -1,0 +1,1 @@
+"""The Neural Data Router (thesis ch. 5): CTL, simple arithmetic and ListOps."""

@@ -1,0 +1,1 @@
+"""Transformer generalization (thesis ch. 4): SCAN length cutoffs and the Mathematics Dataset."""

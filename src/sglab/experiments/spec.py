@@ -1,0 +1,118 @@
+"""An experiment's spec as data: its presets and its claims, in one YAML file beside its module.
+
+    # experiments/symmetry/symmetry.yaml
+    title: Breaking symmetry: ...
+    description: ...
+    anchors: {...}          # optional: YAML anchors the presets share (&name / <<: *name)
+    presets:
+      quick: {...}          # parameters, validated by the experiment's params model
+      default: {...}
+      paper: {...}
+    claims:
+      claim-id: {statement: ..., source: {...}, references: {...}, effect: [...]}
+
+The parameters of a preset are checked against the experiment's typed model
+(:class:`ExperimentParams` and its subclasses: unknown keys and wrong types are errors)
+when the spec loads and again after ``--param`` changes, before anything trains.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from sglab.config import build_run_config, format_validation_error
+from sglab.errors import SglabError
+from sglab.experiments.claims import ClaimSpec
+
+PRESET_NAMES = ("quick", "default", "paper")
+SPEC_KEYS = ("title", "description", "anchors", "presets", "claims")
+
+
+class ExperimentParams(BaseModel):
+    """The parameters every preset has; an experiment's model adds its own."""
+
+    model_config = ConfigDict(extra="forbid")
+    seeds: list[int] = Field(min_length=1)
+    quiet: bool = True
+
+
+def _valid_run_config(base: dict[str, Any]) -> dict[str, Any]:
+    """A run config as a preset writes it (a dict): rejected here if it would not build."""
+    try:
+        build_run_config(base)
+    except SglabError as exc:
+        raise ValueError(str(exc).replace("\n", " ")) from None
+    return base
+
+
+#: A preset parameter holding a run config (the config an arm starts from), checked at load.
+RunConfigDict = Annotated[dict[str, Any], AfterValidator(_valid_run_config)]
+
+
+class SpecLoader(yaml.SafeLoader):
+    """YAML 1.1 with ``1e-4`` read as a number (PyYAML needs a dot in the mantissa)."""
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d[\d_]*)?\.?\d*[eE][-+]?\d+$"),
+    list("-+0123456789."))
+
+
+@dataclass
+class ExperimentSpec:
+    title: str
+    description: str
+    presets: dict[str, dict[str, Any]]
+    claims: dict[str, ClaimSpec]
+    path: Path
+
+
+def validate_params(model: type[ExperimentParams], params: dict[str, Any], where: str
+                    ) -> dict[str, Any]:
+    """The parameters checked against ``model`` (defaults filled in), as a plain dict."""
+    try:
+        return model.model_validate(params).model_dump()
+    except ValidationError as exc:
+        message = format_validation_error(exc, model, params).replace(
+            "invalid config:", f"invalid parameters of {where}:", 1)
+        raise SglabError(message) from None
+
+
+def load_spec(path: Path, model: type[ExperimentParams], name: str) -> ExperimentSpec:
+    """Read and check a spec file: its keys, every preset's parameters and every claim."""
+    try:
+        data = yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 (a safe loader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise SglabError(f"experiment spec {path.name}: cannot read it ({exc})") from None
+    if not isinstance(data, dict):
+        raise SglabError(f"experiment spec {path.name} must hold a mapping")
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise SglabError(f"experiment spec {path.name}: unknown keys {unknown}; "
+                         f"known: {', '.join(SPEC_KEYS)}")
+    presets = data.get("presets") or {}
+    if set(presets) - set(PRESET_NAMES) or "quick" not in presets:
+        raise SglabError(f"experiment spec {path.name}: presets must be among "
+                         f"{', '.join(PRESET_NAMES)} and include quick; found {sorted(presets)}")
+    for preset, params in presets.items():
+        validate_params(model, params, f"{name}:{preset}")
+    claims = {}
+    for claim_id, claim in (data.get("claims") or {}).items():
+        try:
+            claims[claim_id] = ClaimSpec.model_validate(claim)
+        except ValidationError as exc:
+            raise SglabError(f"experiment spec {path.name}: claim {claim_id!r}: "
+                             + format_validation_error(exc, ClaimSpec, claim)) from None
+    return ExperimentSpec(str(data.get("title", name)), str(data.get("description", "")),
+                          presets, claims, path)
+
+
+__all__ = ["ExperimentParams", "ExperimentSpec", "PRESET_NAMES", "RunConfigDict", "load_spec",
+           "validate_params"]

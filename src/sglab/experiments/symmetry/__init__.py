@@ -1,0 +1,1 @@
+"""Breaking symmetry when training transformers (Zuo & Guerzhoy 2024)."""
