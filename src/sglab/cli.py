@@ -276,6 +276,33 @@ def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output di
                          "nor summary.json (run directory)")
 
 
+@app.command()
+def scorecard(
+    results: Annotated[Path, typer.Option(help="The committed results (EXPERIMENT/PRESET/"
+                                               "results.json).")] = Path("results"),
+    out: Annotated[Path, typer.Option(help="The Markdown scorecard to write.")] =
+        Path("docs/scorecard.md"),
+    html_out: Annotated[Path, typer.Option("--html", help="The HTML page to write.")] =
+        Path("results/scorecard.html"),
+):
+    """Write the reproduction scorecard: every claim of every experiment's committed result
+    against the source's numbers."""
+    from sglab import registry
+    from sglab.experiments.scorecard import collect, render_html, render_markdown
+    from sglab.io import atomic_write_text
+
+    if not results.is_dir():
+        raise SglabError(f"no results directory {str(results)!r}; run an experiment first "
+                         "(sglab run NAME) or pass --results DIR")
+    found = collect(results)
+    names = sorted(registry.experiments())
+    for path, text in ((out, render_markdown(found, names)), (html_out, render_html(found, names))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    judged = sum(1 for entries in found.values() for r in entries if r.judged)
+    _out(f"scorecard: {judged} judged results of {len(names)} experiments -> {out}, {html_out}")
+
+
 data_app = typer.Typer(no_args_is_help=True, help="Generate, export and load data sets.")
 app.add_typer(data_app, name="data")
 

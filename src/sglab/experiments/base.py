@@ -210,7 +210,7 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         "sections": analysis.get("sections", []), "runs": [s["run_id"] for s in summaries],
         "params": params, "seconds": round(time.perf_counter() - started, 1),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
-        "labels": [{"run_id": s["run_id"], "seed": c.seed, **arm.labels}
+        "labels": [{"run_id": s["run_id"], "seed": c.seed, **arm.labels, **run_metrics(s)}
                    for arm, c, s in zip(arms, configs, summaries)],
         "provenance": run_provenance(summaries, started_at),
     }
@@ -220,6 +220,18 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
         printer(f"  [{word}] {claim['id']}: {claim['evidence']}")
     printer(f"{experiment.name}: report written to {path}")
     return results
+
+
+def run_metrics(summary: dict) -> dict[str, Any]:
+    """A run's headline metrics for results.json: its steps and the split-level metrics
+    (``iid_test/exact_match``, not per-group breakdowns) at the last evaluation and at the
+    selected checkpoint."""
+    def headline(record: dict | None) -> dict[str, Any]:
+        return {k: v for k, v in (record or {}).items() if k.count("/") == 1}
+
+    return {"steps": summary.get("step"), "final": headline(summary.get("final")),
+            **({"selected": {"step": summary["best"].get("step"), **headline(summary["best"])}}
+               if summary.get("best") else {})}
 
 
 def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict[str, Any]:

@@ -80,9 +80,11 @@ def _claims(claims: list[dict]) -> str:
 
 def _labels_table(labels: list[dict]) -> dict:
     """One row per run: its labels (the roles an experiment gave it), seed and id."""
-    keys = list(dict.fromkeys(k for row in labels for k in row if k not in ("run_id", "seed")))
-    return {"columns": [*keys, "seed", "run"],
-            "rows": [[row.get(k, "") for k in keys] + [row.get("seed", ""), row["run_id"]]
+    metrics = ("run_id", "seed", "steps", "final", "selected")  # not labels
+    keys = list(dict.fromkeys(k for row in labels for k in row if k not in metrics))
+    return {"columns": [*keys, "seed", "steps", "run"],
+            "rows": [[row.get(k, "") for k in keys]
+                     + [row.get("seed", ""), row.get("steps", ""), row["run_id"]]
                      for row in labels]}
 
 
