@@ -3,7 +3,7 @@
     python benchmarks/addition_throughput.py                     # symmetry default model, CPU
     python benchmarks/addition_throughput.py --d-model 128       # the 4-layer d=128 model
     python benchmarks/addition_throughput.py --preset paper      # 6x384 model (GPU)
-    python benchmarks/addition_throughput.py --quick             # about a minute
+    python benchmarks/addition_throughput.py --quick             # seconds: the quick preset
 
 Trains one run of the chosen preset's base config (learned positions, no residual
 ablation, seed 0) until the test exact match reaches 99% or the step budget ends,
@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from common import parse_with_quick
 from matmul_rate import matmul_flops
 
 from sglab import registry
@@ -34,7 +35,6 @@ from sglab.train import Trainer
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="default", help="symmetry preset (default|paper)")
-    parser.add_argument("--quick", action="store_true", help="300 steps, no accuracy target")
     parser.add_argument("--d-model", type=int, help="override model.d_model")
     parser.add_argument("--n-layers", type=int, help="override model.n_layers")
     parser.add_argument("--steps", type=int, help="override train.steps")
@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], help="extra KEY=VALUE overrides")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--runs-dir", type=Path, help="keep the run here (default: a temporary directory)")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"preset": "quick", "steps": 100})
 
     params = registry.experiment("symmetry").preset(args.preset)
     overrides = ["model.pos_encoding=learned", "seed=0", "train.eval_max_examples=null",
@@ -52,10 +52,8 @@ def main() -> int:
         overrides += [f"model.d_model={args.d_model}"]
     if args.n_layers:
         overrides += [f"model.n_layers={args.n_layers}"]
-    if args.quick:
-        overrides += ["train.steps=300", "train.eval_interval=300", "train.log_interval=100"]
-    elif args.steps:
-        overrides += [f"train.steps={args.steps}"]
+    if args.steps:
+        overrides += [f"train.steps={args.steps}", f"train.eval_interval={min(args.steps, 250)}"]
     if args.threads:
         overrides += [f"train.threads={args.threads}"]
     config = build_run_config(params["base"], overrides + args.set)

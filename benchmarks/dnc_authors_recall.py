@@ -28,6 +28,7 @@ import types
 import numpy as np
 import torch
 import torch.nn.functional as F
+from common import parse_with_quick
 
 VARIANTS = ("DNC", "DNC-M", "DNC-D", "DNC-S", "DNC-MD", "DNC-MS", "DNC-DS", "DNC-MDS")
 
@@ -61,7 +62,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--mask-min", type=float, default=0.1)
     parser.add_argument("--out", required=True, help="JSON log to write")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"steps": 100})
     DNC, LSTMController, AssociativeRecall = load_code(args.code_dir)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)

@@ -19,6 +19,7 @@ import json
 import time
 
 import torch
+from common import parse_with_quick
 
 from sglab import registry
 from sglab.config import build_run_config
@@ -79,7 +80,8 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=100, help="tokens per story")
     parser.add_argument("--question-every", type=int, default=20)
     parser.add_argument("--eval-batch", type=int, default=64)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"preset": ["default"], "steps": 2, "length": 30,
+                                     "eval_batch": 8})
     torch.set_num_threads(1)
     for preset in args.preset or ("default", "paper"):
         print(json.dumps(measure(preset, args.variant, args.steps, args.length,

@@ -19,6 +19,7 @@ import json
 import time
 
 import torch
+from common import parse_with_quick
 
 from sglab.models.dnc import DNC, DNCConfig
 from sglab.tasks.base import target_loss
@@ -43,7 +44,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--mask-min", type=float, default=0.0)
     p.add_argument("--mask-bias", type=float, default=0.0)
-    a = p.parse_args()
+    a = parse_with_quick(p, {"steps": 20, "every": 10})
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     task = KeyValueTask(KeyValueConfig(half_bits=a.half_bits, words=tuple(a.words),

@@ -21,6 +21,7 @@ import statistics
 import tempfile
 
 import torch
+from common import parse_with_quick
 
 from sglab import registry
 from sglab.config import build_run_config
@@ -69,7 +70,8 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true",
                         help="train.compile: lone runs compile the DNC's time step")
     parser.add_argument("--budget-minutes", type=float, default=25.0)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"experiment": ["dnc-key-value"], "members": [1],
+                                     "steps": 3})
     torch.set_num_threads(1)
     for name in args.experiment or EXPERIMENTS:
         for members in args.members:

@@ -1,6 +1,8 @@
 """Fault injection: damage runs the way users and machines do, and print what happened.
 
     python benchmarks/faults.py            # about a minute on 2 CPU cores
+    python benchmarks/faults.py --quick    # the faults that need no training pool
+    python benchmarks/faults.py --only bit_flip --only ctrl_c
 
 Each fault is injected against the real command line (``python -m sglab.cli``) in a
 temporary directory; the table lists the fault, the expected behaviour and what was
@@ -9,6 +11,7 @@ observed. The exit status is 1 if any observation differs from the expectation.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -18,6 +21,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from common import parse_with_quick
 
 TINY = ["task.train_size=500", "task.test_size=200", "model.n_layers=1", "model.n_heads=2",
         "model.d_model=16", "train.batch_size=16", "train.warmup_steps=5", "train.threads=1"]
@@ -216,9 +221,18 @@ FAULTS: list[tuple[str, str, Callable[[Path], tuple[bool, str]]]] = [
 ]
 
 
-def main() -> int:
+QUICK = ("bit_flip", "empty_sweep_file", "runs_dir_is_a_file", "unknown_where_key")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=[f[2].__name__ for f in FAULTS],
+                        help="inject only this fault (repeatable)")
+    args = parse_with_quick(parser, {"only": list(QUICK)}, argv)
     rows, failures = [], 0
     for fault, expected, inject in FAULTS:
+        if args.only and inject.__name__ not in args.only:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
             try:

@@ -1,7 +1,7 @@
 """Ensemble throughput: member-steps/s and fraction of the matmul rate for K members.
 
     python benchmarks/gpu_throughput.py --experiment symmetry --preset paper   # GPU
-    python benchmarks/gpu_throughput.py --quick                               # CPU, ~1 min
+    python benchmarks/gpu_throughput.py --quick                               # CPU, seconds
 
 Takes the first run config of an experiment preset (dropout and all), makes K copies
 that differ only in the seed and trains them as one ensemble (``EnsembleTrainer``) for a
@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from common import parse_with_quick
 from matmul_rate import matmul_flops
 
 from sglab import registry
@@ -91,17 +92,13 @@ def main() -> int:
                         help="steps left out of the rates (compilation, first-step costs); the "
                         "measurement trains warmup + steps steps and times the last steps; "
                         "steps must be a multiple of warmup")
-    parser.add_argument("--quick", action="store_true",
-                        help="the experiment's quick preset, members 1,2,4, 30 steps (runs on CPU)")
     parser.add_argument("--grid", action="store_true",
                         help="also project the wall time of the preset's whole grid")
     parser.add_argument("--profile", type=int, metavar="K", help="print the costliest kernels of "
                         "a K-member ensemble (10 steps) instead of measuring rates")
     parser.add_argument("--set", action="append", default=[], help="extra KEY=VALUE overrides")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    args = parser.parse_args()
-    if args.quick:
-        args.preset, args.members, args.steps = "quick", "1,2,4", 30
+    args = parse_with_quick(parser, {"preset": "quick", "members": "1,2", "steps": 5})
 
     experiment = registry.experiment(args.experiment)
     preset_configs = experiment.configs(experiment.preset(args.preset), [])

@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import torch
+from common import parse_with_quick
 
 from sglab.config import build_run_config
 from sglab.models import build_model
@@ -32,7 +33,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"hidden": [32, 32], "batch": 16, "steps": 3})
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as runs:
         base = build_run_config({"task": {"name": "add_mul", "valid_size": 100},

@@ -20,6 +20,7 @@ import json
 import time
 
 import torch
+from common import parse_with_quick
 
 from sglab.models.ffn import MLP
 from sglab.models.moe import MoE
@@ -57,7 +58,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"tokens": 256, "d_model": 32, "expert_size": 16,
+                                     "experts": [4], "repeats": 1})
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     d, g, k = args.d_model, args.expert_size, args.top_k

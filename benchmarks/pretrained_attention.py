@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+from common import parse_with_quick
 
 from sglab.analysis.corpus import read_corpus
 from sglab.analysis.pretrained import (
@@ -35,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passages", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"passages": 4})
     torch.set_num_threads(args.threads)
     corpus = read_corpus(name="wiki-excerpt")
     with tempfile.TemporaryDirectory() as cache:

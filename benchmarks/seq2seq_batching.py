@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+from common import parse_with_quick
 
 from sglab import registry
 from sglab.config import build_run_config
@@ -33,7 +34,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"groups": [1, 2], "steps": 2, "rounds": 1})
     torch.set_num_threads(args.threads)
     base = registry.experiment("scan-length").presets["default"]["base"]
 

@@ -1,7 +1,7 @@
 """Sweep throughput: trained model-steps per second of one grid x seeds sweep, four ways.
 
     python benchmarks/sweep_throughput.py            # 4 cells x 5 seeds, addition (+ anchors)
-    python benchmarks/sweep_throughput.py --quick    # about a minute: 2 cells x 3 seeds
+    python benchmarks/sweep_throughput.py --quick    # seconds: addition, 2 cells x 2 seeds
     python benchmarks/sweep_throughput.py --device cuda --steps 500
 
 The same runs are trained, each way into a fresh run store:
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import parse_with_quick
 
 from sglab import registry
 from sglab.config import RunConfig, dump_yaml
@@ -50,7 +51,8 @@ def addition_grid(seeds: int, steps: int, cells: int, device: str) -> SweepSpec:
     base = json.loads(json.dumps(base))
     base["task"].update(test_size=2000)  # keep the final evaluation small next to training
     base["train"].update(steps=steps, eval_interval=steps, checkpoint_interval=steps,
-                         log_interval=steps, early_stop_metric=None, device=device, threads=None)
+                         log_interval=steps, early_stop_metric=None, early_stop_threshold=None,
+                         device=device, threads=None)
     grid = {"model.pos_encoding": ["learned", "none"], "model.residual_ablation": [[], [0]]}
     if cells == 2:
         grid = {"model.pos_encoding": ["learned", "none"]}
@@ -157,18 +159,17 @@ def benchmark(spec: SweepSpec, use_ray: bool, root: Path,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 cells x 3 seeds, 40 steps")
-    parser.add_argument("--seeds", type=int, help="seeds per cell (default 5; quick 3)")
-    parser.add_argument("--steps", type=int, help="steps per run (default 300; quick 40)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per cell")
+    parser.add_argument("--steps", type=int, default=300, help="steps per run")
+    parser.add_argument("--cells", type=int, default=4, help="grid cells per task")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend")
     parser.add_argument("--tasks", default="addition,anchors")
     parser.add_argument("--modes", default="sequential,pool,ensemble,ray",
                         help="which ways to run the sweep (ratios are to the first one given)")
-    args = parser.parse_args()
-    seeds = args.seeds or (3 if args.quick else 5)
-    steps = args.steps or (40 if args.quick else 300)
-    cells = 2 if args.quick else 4
+    args = parse_with_quick(parser, {"seeds": 2, "steps": 10, "cells": 2, "tasks": "addition",
+                                     "modes": "pool,ensemble"})
+    seeds, steps, cells = args.seeds, args.steps, args.cells
     try:
         import ray  # noqa: F401
         have_ray = True

@@ -173,3 +173,11 @@ def test_unmeasured_values_and_unjudged_claims_are_errors():
 def test_summary_counts_every_verdict():
     claims = [{"verdict": "REPRODUCES"}, {"verdict": "FAILS"}, {"verdict": "FAILS"}]
     assert summary_line(claims) == "1 REPRODUCES, 0 QUALITATIVE, 2 FAILS, 0 NOT MEASURED"
+
+
+def test_a_yes_no_value_per_seed_needs_every_seed():
+    rule = spec(effect=["clusters follow the groups"])
+    assert judge("c", rule, Measured({"clusters follow the groups": per_seed(
+        [True, True, True])})).verdict is Verdict.REPRODUCES
+    assert judge("c", rule, Measured({"clusters follow the groups": per_seed(
+        [True, False, True])})).verdict is Verdict.FAILS

@@ -128,8 +128,8 @@ def test_transfer_reads_permuted_mnist_at_paper_and_says_where_data_is_missing(t
     error = capsys.readouterr().err
     assert "lacks train-images-idx3-ubyte" in error and "task.data_dir=PATH" in error
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
-    with pytest.raises(SglabError, match="dataset='cifar'"):
-        transfer.arms({**transfer.presets["quick"], "dataset": "cifar", "standardize": True})
+    with pytest.raises(SglabError, match="dataset = 'cifar'"):
+        transfer.preset("quick", changes=["dataset=cifar", "standardize=true"])
 
 
 def test_transfer_quick_preset_on_mnist_end_to_end(mnist_dir, tmp_path):

@@ -374,7 +374,7 @@ def test_every_model_a_worker_trains_gets_its_step_compiled(compiled_graphs):
 def test_read_shares_split_the_read_weighting_and_empty_links_read_nothing():
     """Eq. A.12: the read weights are pi[1] b + pi[2] c + pi[3] f, so the three shares add up
     to their mass; with no links written (a fresh memory) a forward mode weight reads nothing."""
-    from sglab.experiments.dnc.dnc_common import read_shares
+    from sglab.analysis.dnc_memory import read_shares
 
     fresh = MemoryState.zeros(2, 6, 5, 2, torch.zeros(1))
     for state, linked in ((random_state(batch=2), True), (fresh, False)):

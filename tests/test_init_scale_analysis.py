@@ -4,6 +4,15 @@ import numpy as np
 import pytest
 import torch
 
+from sglab.analysis.anchor_mechanisms import (
+    attention_maps,
+    embedding_eigenvalues,
+    first_layer_outputs,
+    probe_attention,
+    query_condensation,
+    weight_matrix_names,
+    weight_singular_values,
+)
 from sglab.analysis.condensation import (
     cosine_similarity_matrix,
     effective_directions,
@@ -17,7 +26,11 @@ from sglab.analysis.spectra import (
     singular_values,
     top_share,
 )
+from sglab.config import build_run_config
 from sglab.errors import SglabError
+from sglab.models import build_model
+from sglab.tasks import build_task
+from sglab.tasks.anchors import input_token_ids, probe_sequences, probe_unseen_input
 
 
 def _condensed(directions: int, copies: list[int], dim: int = 32, noise: float = 0.3, seed: int = 0):
@@ -137,3 +150,49 @@ def test_tsne_keeps_separated_clusters_apart():
     assert between > within
     with pytest.raises(SglabError):
         tsne_map(vectors[:5], perplexity=10)
+
+
+# ----------------------------------------------------------------------------- exemplar models
+
+
+def _anchor_model(n_layers: int = 2, d_model: int = 16):
+    config = build_run_config({
+        "task": {"name": "anchors", "train_size": 100, "test_size": 50, "unseen_size": 20},
+        "model": {"name": "transformer", "n_layers": n_layers, "n_heads": 1, "d_model": d_model,
+                  "d_ff": 2 * d_model, "norm": "post", "activation": "relu",
+                  "tie_embeddings": False, "init": "gamma", "init_gamma": 0.5,
+                  "pos_encoding": "learned", "attention_mask": "causal"}})
+    task = build_task(config.task)
+    torch.manual_seed(0)
+    return config, build_model(config.model, len(task.vocab), task.max_length).eval()
+
+
+def test_probe_attention_reads_the_key_and_anchor_cells():
+    maps = np.zeros((6, 6))
+    key = 2  # anchors at 3 and 4, the last token at 5
+    maps[5, 2], maps[5, 3], maps[5, 4], maps[3, 2], maps[4, 2] = 0.1, 0.2, 0.3, 0.4, 0.5
+    (layer,) = probe_attention([maps], key)
+    assert layer == {"last→key": 0.1, "last→first anchor": 0.2, "last→second anchor": 0.3,
+                     "first anchor→key": 0.4, "second anchor→key": 0.5}
+
+
+def test_mechanism_measures_of_an_anchor_model():
+    config, model = _anchor_model()
+    names = weight_matrix_names(model)
+    assert names[:3] == ["tok_emb.weight", "positions.table.weight", "blocks.0.attn.W_Q"]
+    assert names[-1] == "head.weight" and "blocks.1.mlp.out.weight" in names
+    spectra = weight_singular_values(model, names)
+    assert list(spectra) == names
+    assert all(np.all(np.diff(v) <= 1e-9) for v in spectra.values())  # descending
+    eigen = embedding_eigenvalues(model, input_token_ids())
+    assert len(eigen) == 16 and np.all(np.diff(eigen) <= 1e-9) and eigen[-1] >= 0
+    condensed = query_condensation(model)
+    assert 0 < condensed.fraction <= 1 and condensed.covering == round(condensed.fraction * 16)
+    tokens = probe_unseen_input(config.task.seq_len)
+    maps = attention_maps(model, tokens)
+    assert len(maps) == 2 and maps[0].shape == (len(tokens), len(tokens))
+    assert np.allclose(maps[0].sum(-1), 1.0) and np.allclose(np.triu(maps[0], 1), 0.0)  # causal
+    sequences, _ = probe_sequences(config.task, 3, seed=0)
+    assert first_layer_outputs(model, sequences[:, :-1]).shape == (16 * 3, 16)
+    with pytest.raises(SglabError, match="one token sequence"):
+        attention_maps(model, tokens[None])

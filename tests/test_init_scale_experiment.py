@@ -63,6 +63,16 @@ def test_presets_build_valid_configs():
             assert config.task.seen_non_inferential == (arm.labels["group"] == "phase")
     paper = experiment.preset("paper")
     assert len(paper["lrs"]) == 9 and min(paper["lrs"]) == 1e-4 and max(paper["lrs"]) == 3e-4
+    assert paper["lr_wd"]["depth"] == 3 and len(paper["lr_wd"]["weight_decays"]) == 5
+
+
+def test_parameters_are_checked_by_the_model():
+    from sglab.errors import SglabError
+
+    experiment = InitScale()
+    with pytest.raises(SglabError, match="lr_wd"):
+        experiment.preset("quick", changes=["lr_wd={depth: 3}"])
+    assert experiment.preset("quick", changes=["gammas=[0.4, 0.8]"])["gammas"] == [0.4, 0.8]
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +86,21 @@ def quick(tmp_path_factory):
 def test_quick_preset_writes_every_figure_and_the_claims(quick):
     root, results = quick
     assert json.loads((root / "out" / "results.json").read_text())["claims"] == results["claims"]
-    assert [c["id"] for c in results["claims"]] == [
-        "small-init-inferential-large-init-symmetric", "inferential-condenses",
-        "inferential-embedding-low-rank"]
-    for claim in results["claims"]:
-        assert claim["passed"] in (True, False, None) and claim["evidence"]
+    claims = {c["id"]: c for c in results["claims"]}
+    assert list(claims) == list(InitScale().spec.claims)
+    for claim in claims.values():
+        assert claim["source"].startswith("004_cc40e9fcbd7676e3.txt") and claim["evidence"]
+    phase = claims["small-init-inferential-large-init-symmetric"]
+    assert phase["verdict"] != "NOT MEASURED" and phase["values"]["depth"] == [2]
+    assert len(phase["values"]["inferential at the largest γ"]) == 1  # one entry per depth
+    by_gamma = claims["condensation-grows-with-gamma"]
+    assert by_gamma["verdict"] != "NOT MEASURED"
+    assert len(by_gamma["values"]["W_Q(1) fraction at the largest γ"]) == 1
+    for claim_id in ("inferential-condenses", "inferential-embedding-low-rank",
+                     "symmetric-clusters-mirrored-pairs", "attention-information-flow"):
+        claim = claims[claim_id]  # both solution types needed: measured, or said why not
+        assert claim["verdict"] != "NOT MEASURED" or "both solution types" in claim["evidence"]
+    assert sum(int(part.split()[0]) for part in results["verdicts"].split(", ")) == len(claims)
     titles = [s["title"] for s in results["sections"]]
     for title in ("Phase diagram", "Condensation of W_Q(1)", "Spectra",
                   "t-SNE of first-layer outputs", "Information flow"):
@@ -91,3 +111,34 @@ def test_quick_preset_writes_every_figure_and_the_claims(quick):
     assert len(phase["tables"][0]["rows"]) == 2  # depth 2 x gamma {0.5, 1.0}
     # the snapshots for the spectrum-over-training panel were written
     assert len(list((root / "runs").glob("*/checkpoints/step_*.pt"))) == 2 * 4
+
+
+def test_measurements_name_every_value_their_claims_read():
+    """Constructed runs of both solution types at two depths: every claim is measured, and
+    the values the spec's rules read are all there (judge_all raises otherwise)."""
+    from sglab.experiments.claims import Verdict, judge_all
+    from sglab.experiments.init_scale.init_scale import (
+        condensation_measurement,
+        mechanism_measurements,
+        solution_measurement,
+    )
+
+    runs = []
+    for depth in (2, 3):
+        for gamma, (test, inferential, symmetric) in ((0.3, (0.95, 0.02, 0.9)),
+                                                      (0.65, (0.97, 0.9, 0.03))):
+            run = _run(depth, gamma, 0, 1e-3, test, inferential, symmetric)
+            small = gamma == 0.65
+            run.update(condensation_fraction=0.1 if small else 0.8,
+                       embedding_rank=3.0 if small else 30.0, mirrored=0.1 if small else 0.95,
+                       unmirrored=0.05, anchors_to_key=0.6 if small else 0.1,
+                       last_to_anchors=0.2 if small else 0.8)
+            runs.append(run)
+    depths, gammas = [2, 3], [0.3, 0.65]
+    measured = {"small-init-inferential-large-init-symmetric":
+                solution_measurement(phase_cells(runs, depths, gammas), depths, gammas),
+                "condensation-grows-with-gamma": condensation_measurement(runs, depths, gammas),
+                **mechanism_measurements(runs)}
+    claims = judge_all(InitScale().spec.claims, measured)
+    assert [c.verdict for c in claims] == [Verdict.REPRODUCES] * len(claims)
+    assert claims[0].values["a smaller γ symmetric"] == [True, True]

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from sglab import registry
+from sglab.errors import SglabError
 from sglab.experiments import run_experiment
-from sglab.experiments.legacy_claims import format_value
 from sglab.store import read_metrics
 from sglab.tasks import build_task
 
@@ -27,7 +27,12 @@ def test_quick_preset_writes_claims_table_and_figures(quick_results):
     assert [c["id"] for c in results["claims"]] == [
         "relative-universal-extrapolates", "universal-variants-interpolate-near-perfect"]
     for claim in results["claims"]:
-        assert claim["passed"] in (True, False) and claim["evidence"]
+        assert claim["verdict"] != "NOT MEASURED" and claim["evidence"]
+        assert claim["source"].startswith("001_76659a6d281e669d.txt, Table 4.")
+    references = results["claims"][0]["references"]
+    assert (references["Relative Universal"]["mean"], references["Relative Universal"]["std"]) \
+        == (0.75, 0.10)
+    assert references["Universal"]["allowed"] == 0.05  # max(0.05, 2 x 0.02)
     table = results["sections"][0]["tables"][0]
     assert [row[0] for row in table["rows"]] == VARIANTS
     assert [row[1] for row in table["rows"]] == ["none", "ped", "ped", "ped"]  # Table C.5
@@ -39,16 +44,27 @@ def test_quick_preset_writes_claims_table_and_figures(quick_results):
     assert html.count("data:image/png;base64") == 2  # learning curves, accuracy by place
 
 
-def test_table_and_claim_evidence_are_the_runs_final_metrics(quick_results):
+def test_table_and_claim_values_are_the_runs_final_metrics(quick_results):
     root, results = quick_results
     table = results["sections"][0]["tables"][0]
     columns = table["columns"]
-    evidence = results["claims"][0]["evidence"]
+    extrapolate, interpolate = (c["values"] for c in results["claims"])
     for run_id, row in zip(results["runs"], table["rows"]):
         final = read_metrics(root / "runs" / run_id)[-1]
         assert row[columns.index("interpolate (IID)")] == f"{final['iid_valid/exact_match']:.3f}"
         assert row[columns.index("extrapolate")] == f"{final['ood_test/exact_match']:.3f}"
-        assert f"{row[0]} {format_value(final['ood_test/exact_match'])}" in evidence
+        if row[0] != "Relative":  # the thesis omits it: shown in the table, not judged
+            assert extrapolate[row[0]]["seeds"] == [final["ood_test/exact_match"]]
+            assert interpolate[row[0]]["seeds"] == [final["iid_valid/exact_match"]]
+    assert "Relative" not in extrapolate
+
+
+def test_default_preset_runs_three_seeds_and_params_are_checked():
+    experiment = registry.experiment("math-place-value")
+    configs = experiment.configs(experiment.preset("default"), [])
+    assert len(configs) == 12 and {c.seed for c in configs} == {0, 1, 2}
+    with pytest.raises(SglabError, match="extrapolate_margin"):
+        experiment.preset("quick", changes=["extrapolate_margin=0.1"])
 
 
 def test_runs_log_interpolate_and_extrapolate_by_place(quick_results):

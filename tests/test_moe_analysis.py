@@ -12,6 +12,7 @@ from sglab.analysis.moe import (
     dead_experts,
     expert_usage,
     ffn_statistics,
+    mlp_flops_per_token,
     top_share,
     usage_entropy,
 )
@@ -76,3 +77,16 @@ def test_ffn_statistics_of_dense_topk_and_moe_models():
     got = capture(moe, ["blocks.0.mlp.*"], ids)
     chosen = torch.sigmoid(got["blocks.0.mlp.scores"]).gather(-1, got["blocks.0.mlp.experts"])
     assert torch.allclose(got["blocks.0.mlp.gates"], chosen)
+
+
+def test_mlp_flops_per_token_with_and_without_the_selector():
+    """The thesis's "% FLOPs" counts the K chosen experts only (Sec. 7.5.3): K G / d_ff."""
+    _, dense = tiny_model("model.activation=relu", "model.d_ff=40")
+    d_model = dense.config.d_model
+    assert mlp_flops_per_token(dense) == mlp_flops_per_token(dense, selector=False) \
+        == 2 * 2 * d_model * 40
+    _, moe = tiny_model("model.activation=relu", "model.ffn=sigma_moe", "model.moe_experts=5",
+                        "model.moe_expert_size=8", "model.moe_top_k=2")
+    experts = 2 * 2 * d_model * 8 * 2
+    assert mlp_flops_per_token(moe, selector=False) == experts
+    assert mlp_flops_per_token(moe) == experts + 2 * d_model * 5

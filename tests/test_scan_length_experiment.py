@@ -5,6 +5,7 @@ import json
 import pytest
 
 from sglab import registry
+from sglab.errors import SglabError
 from sglab.experiments import run_experiment
 
 
@@ -19,17 +20,47 @@ def quick_results(tmp_path_factory):
 def test_quick_preset_writes_claims_tables_and_figures(quick_results):
     root, results = quick_results
     assert len(results["runs"]) == 4  # 4 variants x cutoff 26 x 1 seed
-    assert [c["id"] for c in results["claims"]] == [
+    claims = {c["id"]: c for c in results["claims"]}
+    assert list(claims) == [
         "iid-validation-near-perfect", "relative-universal-generalizes-to-longer-outputs",
+        "relative-positions-generalize-at-cutoff-30", "relative-universal-reaches-100-at-cutoff-26",
         "iid-early-stopping-loses-ood-accuracy"]
-    for claim in results["claims"]:
-        assert claim["passed"] in (True, False) and claim["evidence"]
+    for claim in claims.values():
+        assert claim["source"].startswith("001_76659a6d281e669d.txt, ") and claim["evidence"]
+    # the quick preset runs cutoff 26 only
+    cutoff_30 = claims["relative-positions-generalize-at-cutoff-30"]
+    assert cutoff_30["verdict"] == "NOT MEASURED" and "cutoff 30" in cutoff_30["evidence"]
+    assert all(c["verdict"] != "NOT MEASURED" for i, c in claims.items()
+               if i != "relative-positions-generalize-at-cutoff-30")
+    table_4_1 = claims["relative-universal-generalizes-to-longer-outputs"]
+    assert table_4_1["references"]["Relative Universal"]["mean"] == 1.0
+    assert table_4_1["references"]["Transformer"]["mean"] == 0.29
+    assert results["verdicts"].endswith("1 NOT MEASURED")
     table = results["sections"][0]["tables"][0]
     assert [row[1] for row in table["rows"]] == ["Transformer", "Universal", "Relative",
                                                  "Relative Universal"]
     assert json.loads((root / "out" / "results.json").read_text())["claims"] == results["claims"]
     html = (root / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64") == 3  # curves, by length, loss vs accuracy
+
+
+def test_claims_read_each_runs_final_accuracy_per_seed(quick_results):
+    root, results = quick_results
+    from sglab.store import read_metrics
+
+    claims = {c["id"]: c for c in results["claims"]}
+    finals = {label["variant"]: read_metrics(root / "runs" / label["run_id"])[-1]
+              for label in results["labels"]}
+    for claim_id, metric in (("iid-validation-near-perfect", "iid_valid/exact_match"),
+                             ("relative-universal-reaches-100-at-cutoff-26",
+                              "ood_test/exact_match")):
+        values = claims[claim_id]["values"]
+        assert set(values) == set(finals)
+        for variant, final in finals.items():
+            assert values[variant]["seeds"] == [final[metric]]  # one seed at quick
+    early = claims["iid-early-stopping-loses-ood-accuracy"]["values"]
+    assert early["final OOD"]["seeds"] == [pytest.approx(
+        sum(f["ood_test/exact_match"] for f in finals.values()) / 4)]
 
 
 def test_runs_log_iid_and_ood_loss_and_accuracy_at_every_evaluation(quick_results):
@@ -48,6 +79,7 @@ def test_default_preset_gives_absolute_variants_more_steps_and_runs_them_first()
     experiment = registry.experiment("scan-length")
     params = experiment.presets["default"]
     configs = experiment.configs(params, [])
+    assert len(configs) == 24 and {c.seed for c in configs} == {0, 1, 2}
     steps = {(c.model.pos_encoding, c.model.universal, c.task.split): c.train.steps
              for c in configs}
     assert len(steps) == 8
@@ -58,3 +90,12 @@ def test_default_preset_gives_absolute_variants_more_steps_and_runs_them_first()
     assert {c.train.steps for c in experiment.configs(params, ["train.steps=50"])} == {50}
     with pytest.raises(ValueError, match="unknown variants"):
         experiment.configs({**params, "variant_steps": {"Transfomer": 10}}, [])
+
+
+def test_preset_parameters_are_checked_by_the_params_model():
+    experiment = registry.experiment("scan-length")
+    assert experiment.preset("quick", changes=["cutoffs=[26, 30]"])["cutoffs"] == [26, 30]
+    with pytest.raises(SglabError, match="variants"):
+        experiment.preset("quick", changes=["variants=[Transfomer]"])
+    with pytest.raises(SglabError, match="iid_threshold"):
+        experiment.preset("quick", changes=["iid_threshold=0.5"])

@@ -26,8 +26,19 @@ def test_quick_preset_writes_every_report_part(quick_results):
     assert on_disk["claims"] == results["claims"]
     assert [c["id"] for c in results["claims"]] == CLAIMS
     for claim in results["claims"]:
-        assert set(claim) == {"id", "statement", "evidence", "passed"}
-        assert claim["passed"] in (True, False) and claim["evidence"]
+        assert {"id", "statement", "source", "verdict", "evidence", "values",
+                "references"} <= set(claim)
+        assert claim["source"].startswith("003_bed5f1b5e725c57e.txt")
+        assert claim["verdict"] != "NOT MEASURED"  # every claim is measured at quick
+    claims = {c["id"]: c for c in results["claims"]}
+    table = claims["attention-table"]
+    assert len(table["references"]) == 15  # every cell of the seed's table
+    assert len(table["values"]["different topic"]) == 5  # one entry per row
+    assert table["values"]["uniform"] == pytest.approx(1 / 40)
+    assert table["values"]["SGD 0.03: same word"]["seeds"]  # shown per seed
+    theory = claims["theory-block-gap"]
+    assert theory["references"]["W_V gap"]["mean"] == pytest.approx(0.1156)
+    assert theory["values"]["formula"] == pytest.approx(0.11560693, rel=1e-6)
     assert len(results["runs"]) == 5 + 1 + 1 + 2  # grid, SGD 3 (two stages), embeddings, theory
     html = (root / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64") == 3  # Gram matrix, value matrix, weight norms

@@ -238,8 +238,18 @@ def test_tiny_random_bert_via_model_path_end_to_end(tiny, tmp_path):
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["runs"] == [] and len(results["claims"]) == 5
     claims = {c["id"]: c for c in results["claims"]}
-    assert claims["overlap-lowers-ratios"]["passed"] is None  # V = 20 < 50k
-    assert claims["ratio-falls-with-f"]["passed"] is None
+    for claim_id in ("overlap-lowers-ratios", "ratio-falls-with-f"):  # V = 20 < 50k
+        assert claims[claim_id]["verdict"] == "NOT MEASURED"
+        assert "V = 20 < 50,000" in claims[claim_id]["evidence"]
+    for claim_id in ("embeddings-topic-structured", "attention-topic-structured",
+                     "random-init-flat"):
+        assert claims[claim_id]["verdict"] != "NOT MEASURED"
+        assert claims[claim_id]["source"].startswith("003_bed5f1b5e725c57e.txt")
+    attention = claims["attention-topic-structured"]
+    assert attention["values"]["f"] == [0.1]  # the seed's thresholds are not measured here
+    assert attention["references"]["attention ratio (none), f 0.0005"]["within"] is False
+    flat = claims["random-init-flat"]["values"]["largest |attention − 1|"]
+    assert len(flat["seeds"]) == 1 and flat["mean"] <= 0.02  # one random-init copy
     pooled = {row[0] + "/" + row[1]: row[2] for row in results["sections"][0]["tables"][2]["rows"]}
     assert set(pooled) == {"bert/none", "bert/allowed", "random init 0/none", "random init 0/allowed"}
     for ratio in pooled.values():  # a random BERT: no topic structure in its attention

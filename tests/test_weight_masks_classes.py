@@ -12,11 +12,15 @@ from sglab.analysis import weight_masks as wm
 from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
+from sglab.experiments.claims import Verdict, judge_all
 from sglab.models import build_model
 from sglab.models.masked import MaskedConfig, MaskedModel
 from sglab.registry import experiment
 from sglab.tasks import build_task
 from sglab.tasks.digits import load_images, pixel_permutation, split_indices
+
+CLAIMS = ["full-mask-keeps-accuracy", "removed-class-drops-most",
+          "removed-class-drops-more-than-any-other", "mask-seeds-agree"]
 
 
 def digits(**fields):
@@ -181,12 +185,53 @@ def test_quick_preset_end_to_end(tmp_path):
     for removal in removals:  # the output layer fixed from the seed-0 control mask
         config = (tmp_path / "runs" / removal["run_id"] / "config.yaml").read_text()
         assert f"fixed_from: {control0}" in config and "remove_class:" in config
-    ids = {c["id"] for c in results["claims"]}
-    assert ids == {"full-mask-keeps-accuracy", "removed-class-drops-most",
-                   "removed-class-drops-more-than-any-other", "mask-seeds-agree"}
+    claims = results["claims"]
+    assert [c["id"] for c in claims] == CLAIMS
+    assert {c["source"].split(", ")[0] for c in claims} == {"001_76659a6d281e669d.txt"}
+    for claim in claims:  # judged on a net that solves the digits, else not measured
+        if claim["verdict"] == "NOT MEASURED":
+            assert "accuracy on iid_test" in claim["evidence"]
+        else:
+            assert all(len(v["seeds"]) == 1 for v in claim["values"].values()
+                       if isinstance(v, dict))
     tables = results["sections"][0]["tables"]
     assert tables[0]["columns"][:3] == ["mask", "accuracy", "0"]
     assert [row[0] for row in tables[0]["rows"]] == ["none", "full", "remove 0", "remove 3"]
     assert (tmp_path / "out" / "figures" / "class-removal-drops.png").is_file()
     assert json.loads((tmp_path / "out" / "results.json").read_text())["experiment"] == \
         "masks-class-removal"
+
+
+def removal_seed(target: float, other: float, largest: float, iou: float = 0.93,
+                 unmasked: float = 0.97, kept: float = 0.99, removed=(0, 3)) -> dict:
+    """Measures of one net: every removal mask drops its class by ``target`` and the others
+    by ``other`` on average (``largest`` at most); the control mask keeps ``kept`` of the
+    unmasked accuracy; the two control masks agree by ``iou``."""
+    drops = {"target": target, "others_mean": other, "others_max": largest}
+    return {"accuracy": {"none": unmasked, "full": unmasked * kept},
+            "drops": {c: drops for c in removed}, "iou": iou}
+
+
+@pytest.mark.parametrize(("seeds", "expected"), [
+    # Fig. 3.7, B.3.8, B.2.1: the removed class drops 40-60%, the others little
+    ([removal_seed(0.5, 0.05, 0.15), removal_seed(0.45, 0.04, 0.2)],
+     ["REPRODUCES", "REPRODUCES", "REPRODUCES", "REPRODUCES"]),
+    # the other classes drop as much: no class-exclusive weights
+    ([removal_seed(0.5, 0.45, 0.6), removal_seed(0.45, 0.4, 0.5)],
+     ["REPRODUCES", "FAILS", "FAILS", "REPRODUCES"]),
+    # a control mask that loses accuracy; masks that disagree on one net
+    ([removal_seed(0.5, 0.05, 0.15, kept=0.9), removal_seed(0.5, 0.05, 0.15, iou=0.7)],
+     ["FAILS", "REPRODUCES", "REPRODUCES", "FAILS"]),
+    # nets that do not solve the task: nothing is judged
+    ([removal_seed(0.5, 0.05, 0.15, unmasked=0.5)], ["NOT MEASURED"] * 4),
+])
+def test_class_removal_claims_on_constructed_measures(seeds, expected):
+    exp = experiment("masks-class-removal")
+    params = exp.preset("quick")
+    claims = judge_all(exp.spec.claims, exp.measured(params, seeds))
+    assert [c.id for c in claims] == CLAIMS
+    assert [c.verdict for c in claims] == [Verdict(v) for v in expected]
+    drops = next(c for c in claims if c.id == "removed-class-drops-most")
+    if drops.verdict != Verdict.NOT_MEASURED:
+        assert len(drops.values["removed-class drop"]["seeds"]) == len(seeds)
+        assert len(drops.values["removed-class drop per class"]) == len(params["removed"])

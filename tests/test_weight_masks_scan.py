@@ -1,17 +1,24 @@
 """Weight masks on an encoder-decoder (SCAN, thesis Sec. 3.3): a masked seq2seq run trains
-and decodes under its masks; the per-token output-layer measure."""
+and decodes under its masks; the per-token output-layer measure; the masks-scan experiment
+(its quick preset end to end, its parameters, its claims on constructed measures)."""
 
 import copy
 
 import pytest
 import torch
+import yaml
 
+from sglab.analysis import mask_measures as mm
 from sglab.analysis import weight_masks as wm
 from sglab.config import build_run_config
 from sglab.errors import SglabError
+from sglab.experiments.base import run_experiment
+from sglab.experiments.claims import Verdict, judge_all
 from sglab.models import build_model
+from sglab.registry import experiment
 from sglab.tasks import build_task
 from sglab.tasks.base import scored_examples
+from sglab.tasks.scan import ACTIONS
 from sglab.tasks.seq2seq import greedy_exact_match, seq2seq_batch
 from sglab.train.loop import train
 
@@ -152,3 +159,103 @@ def test_removed_per_row_counts_against_the_reference():
     # row 0: 2 of 4 kept removed; row 1: none; row 2: nothing kept to remove
     assert wm.removed_per_row(reference, mask).tolist() == [0.5, 0.0, 0.0]
     assert wm.removed_per_row(reference, 1 - reference).tolist() == [1.0, 1.0, 0.0]
+
+
+def test_output_rows_per_token_against_the_reference():
+    reference = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    split = torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    rows = mm.output_rows(reference, {"full": reference, "split": split}, [0, 2], ["a", "c"])
+    assert rows["kept"] == {"full": {"a": 1.0, "c": 0.25}, "split": {"a": 0.5, "c": 0.0}}
+    assert rows["removed"] == {"full": {"a": 0.0, "c": 0.0}, "split": {"a": 0.5, "c": 1.0}}
+
+
+@pytest.mark.parametrize("network", ["transformer", "lstm"])
+def test_masks_scan_quick_preset_end_to_end(network, tmp_path):
+    results = run_experiment(experiment("masks-scan"), "quick", tmp_path / "out",
+                             tmp_path / "runs", workers=1, threads=1, printer=lambda line: None,
+                             params=[f"network={network}"])
+    splits = results["params"]["splits"]
+    base = [x["run_id"] for x in results["labels"] if x["role"] == "base"]
+    masks = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "mask"}
+    assert len(base) == 1 and set(masks) == set(splits) == {"simple", "addprim_jump"}
+    for split, run_id in masks.items():  # each mask trains on its split, on the one base net
+        config = (tmp_path / "runs" / run_id / "config.yaml").read_text()
+        assert f"base_run: {base[0]}" in config and f"split: {split}" in config
+    # Fig. B.8: a net like the base, trained directly on each split other than simple
+    direct = {x["split"]: x["run_id"] for x in results["labels"] if x["role"] == "direct"}
+    assert set(direct) == {"addprim_jump"}
+    config = (tmp_path / "runs" / direct["addprim_jump"] / "config.yaml").read_text()
+    model = {"transformer": "seq2seq", "lstm": "lstm_seq2seq"}[network]
+    assert "split: addprim_jump" in config and f"name: {model}" in config
+    beta = results["params"]["beta" if network == "transformer" else "lstm_beta"]
+    mask = yaml.safe_load((tmp_path / "runs" / masks["simple"] / "config.yaml").read_text())
+    assert mask["model"]["beta"] == beta
+    claims = {c["id"]: c for c in results["claims"]}
+    assert list(claims) == ["full-mask-keeps-accuracy", "split-mask-loses-accuracy",
+                            "jump-output-weights-removed", "pretraining-beats-direct-training"]
+    for claim in claims.values():  # the quick net learns nothing: no claim is judged on it
+        assert claim["verdict"] == "NOT MEASURED", claim["evidence"]
+        assert "exact match on the simple test set" in claim["evidence"]
+        assert claim["source"].startswith("001_76659a6d281e669d.txt, ")
+    accuracy, output = results["sections"][0]["tables"][:2]
+    assert [row[0] for row in accuracy["rows"]] == splits
+    assert [row[0] for row in output["rows"]][:4] == ["I_WALK", "I_LOOK", "I_RUN", "I_JUMP"]
+    assert output["columns"][-1] == "removed by addprim_jump mask"
+    assert accuracy["columns"][-1] == "trained on the split"
+    assert accuracy["rows"][0][-1] == "(= no mask)"
+    assert 0 <= float(accuracy["rows"][1][-1].split()[0]) <= 100  # exact match [%], add jump
+    assert len(results["sections"][0]["figures"]) == 2
+
+
+def test_masks_scan_splits_must_be_known_and_include_the_full_data_split():
+    scan = experiment("masks-scan")
+    for splits in ("[addprim_jump]", "[simple, jump]", "[simple, simple]"):
+        with pytest.raises(SglabError, match="include 'simple'"):
+            scan.preset("quick", changes=[f"splits={splits}"])
+    with pytest.raises(SglabError, match="network = 'gru'"):
+        scan.preset("quick", changes=["network=gru"])
+
+
+def scan_seed(full_keeps: float, jump_full: float, jump_split: float,
+              unmasked: float = 0.99) -> dict:
+    """Measures of one seed (the unmasked net at ``unmasked`` everywhere): the full-data
+    mask keeps ``full_keeps`` of it on simple; on the add-jump test set the full-data mask
+    scores ``jump_full``, the add-jump mask ``jump_split``, a net trained on the split 0.01;
+    the add-jump mask removes 45% of I_JUMP's output weights and none of the others'."""
+    removed = {a: 0.0 for a in ACTIONS} | {"I_JUMP": 0.45}
+    return {"accuracy": {"simple": {"none": unmasked, "full": unmasked * full_keeps},
+                         "addprim_jump": {"none": unmasked, "full": jump_full,
+                                          "split": jump_split, "direct": 0.01}},
+            "output_removed": {"addprim_jump": removed}}
+
+
+def scan_verdicts(seeds) -> dict:
+    scan = experiment("masks-scan")
+    params = scan.preset("default", changes=["splits=[simple,addprim_jump]"])
+    return {c.id: c for c in judge_all(scan.spec.claims, scan.measured(params, seeds))}
+
+
+@pytest.mark.parametrize(("seeds", "gap"), [
+    ([scan_seed(0.99, 0.98, 0.3)], Verdict.REPRODUCES),  # Fig. 3.5a: a valid mask, a gap
+    ([scan_seed(0.99, 0.98, 0.9)], Verdict.FAILS),  # a valid full-data mask, no gap
+    # the gap of a full-data mask that has broken the task (58% kept) is no evidence
+    ([scan_seed(0.58, 0.66, 0.24)], Verdict.NOT_MEASURED),
+    ([scan_seed(0.99, 0.98, 0.3), scan_seed(0.90, 0.9, 0.3)], Verdict.NOT_MEASURED),
+])
+def test_masks_scan_compares_split_masks_only_with_a_valid_full_data_mask(seeds, gap):
+    claims = scan_verdicts(seeds)
+    assert claims["split-mask-loses-accuracy"].verdict == gap
+    valid = gap != Verdict.NOT_MEASURED
+    assert claims["full-mask-keeps-accuracy"].verdict == (
+        Verdict.REPRODUCES if valid else Verdict.FAILS)
+    if not valid:
+        assert "B.3.3" in claims["split-mask-loses-accuracy"].evidence
+    # judged whatever the masks' accuracy
+    assert claims["jump-output-weights-removed"].verdict == Verdict.REPRODUCES
+    assert claims["pretraining-beats-direct-training"].verdict == Verdict.REPRODUCES
+
+
+def test_masks_scan_claims_wait_for_a_net_that_solves_simple():
+    claims = scan_verdicts([scan_seed(0.99, 0.98, 0.3), scan_seed(0.99, 0.98, 0.3, 0.5)])
+    assert all(c.verdict == Verdict.NOT_MEASURED for c in claims.values())
+    assert "0.500 exact match on the simple test set" in claims["full-mask-keeps-accuracy"].evidence

@@ -8,6 +8,7 @@ import torch
 from sglab.analysis import weight_masks as wm
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
+from sglab.experiments.claims import Claim, Verdict, judge_all
 from sglab.registry import experiment
 
 
@@ -23,6 +24,15 @@ def test_total_sharing_counts_every_layer_together():
     assert wm.total_sharing({"x": add, "y": subset})["y"] == 1.0
     disjoint = {"a": torch.tensor([0.0, 0, 1, 1]), "b": torch.zeros(2, 2)}
     assert wm.total_sharing({"x": add, "y": disjoint}) == {"x": 0.0, "y": 0.0}
+
+
+def test_mask_set_sharing_reads_the_weight_matrices_only():
+    add = {"w": torch.tensor([[1.0, 1], [0, 0]]), "b": torch.tensor([1.0, 1])}
+    mul = {"w": torch.tensor([[1.0, 0], [1, 1]]), "b": torch.tensor([0.0, 0])}
+    # biases (one dimension) are left out: add keeps 2 weights, 1 shared; mul keeps 3
+    assert wm.mask_set_sharing({"add": add, "mul": mul}) == {
+        "total": {"add": 0.5, "mul": 1 / 3}, "layers": {"add": {"w": 0.5}, "mul": {"w": 1 / 3}},
+        "kept": {"add": 2, "mul": 3}}
 
 
 def cells(keeps: float, shared: float, seeds: int = 2) -> list[dict]:
@@ -41,6 +51,12 @@ def test_valid_betas_follow_b33():
     assert exp.valid_betas(params, {x: cells(0.5, 0.9) for x in b}) == []
 
 
+def verdicts(exp, params, valid, share) -> dict[str, Claim]:
+    """The claims judged on hand-built valid betas and add-mask sharing per size."""
+    measured = exp.claims(params, valid, share)
+    return {c.id: c for c in judge_all(exp.spec.claims, measured)}
+
+
 def test_claims_on_hand_built_measurements():
     exp = experiment("masks-sharing")
     params = exp.preset("default")
@@ -49,25 +65,30 @@ def test_claims_on_hand_built_measurements():
     share = {"200-200-100": dict(zip(b, [0.9, 0.85, 0.8])),
              "400-400-200": dict(zip(b, [0.9, 0.85, 0.6])),
              "800-800-400": dict(zip(b, [0.7, 0.65, 0.5]))}
-    claims = {c.id: c for c in exp.claims(params, valid, share)}
-    assert all(c.passed for c in claims.values())
+    claims = verdicts(exp, params, valid, share)
+    assert {c.verdict for c in claims.values()} == {Verdict.REPRODUCES}
     assert "200-200-100" in claims["beta-transfers-across-sizes"].evidence  # named as left out
+    assert claims["sharing-falls-with-size"].values["add shared at the chosen beta"] == [0.85, 0.65]
     # sharing that rises with size, a chosen beta two grid steps apart, a wide span: all fail
     share["800-800-400"] = dict(zip(b, [0.95, 0.7, 0.5]))
     valid["800-800-400"] = [b[0]]
     valid["400-400-200"] = b
-    claims = {c.id: c for c in exp.claims(params, valid, share)}
-    assert not claims["sharing-falls-with-size"].passed  # 0.6 at 400 vs 0.95 at 800
-    assert not claims["beta-transfers-across-sizes"].passed  # indices 2 and 0
+    claims = verdicts(exp, params, valid, share)
+    assert claims["sharing-falls-with-size"].verdict is Verdict.FAILS  # 0.6 at 400, 0.95 at 800
+    assert claims["beta-transfers-across-sizes"].verdict is Verdict.FAILS  # indices 2 and 0
     # 800's only valid beta is the smallest: no range of valid betas (400's spans two steps)
     insensitive = claims["accuracy-insensitive-to-beta"]
-    assert not insensitive.passed and "800-800-400 valid range [grid steps] 0" in insensitive.evidence
-    assert "400-400-200 valid range [grid steps] 2" in insensitive.evidence
-    # the sharing's change over the valid betas is reported, not judged (400: 0.9 to 0.6)
-    assert "400-400-200 add shared, max - min over valid betas 0.3" in insensitive.evidence
+    assert insensitive.verdict is Verdict.FAILS
+    assert insensitive.values["valid range [grid steps]"] == [2, 0]
+    # the add mask's sharing moves by 0.3 over 400's valid betas (0.9 down to 0.6)
+    sharing = claims["sharing-insensitive-to-beta"]
+    assert sharing.verdict is Verdict.FAILS
+    assert sharing.values["add shared, max - min over valid betas"] == pytest.approx([0.3, 0.0])
     # fewer than two sizes with a valid beta: nothing to compare
     valid = {"200-200-100": [], "400-400-200": b[:1], "800-800-400": []}
-    assert all(c.passed is None for c in exp.claims(params, valid, share))
+    claims = verdicts(exp, params, valid, share)
+    assert {c.verdict for c in claims.values()} == {Verdict.NOT_MEASURED}
+    assert "1 size(s) with a valid beta" in claims["sharing-falls-with-size"].evidence
 
 
 def test_valid_range_counts_consecutive_valid_betas_up_to_the_chosen_one():
@@ -100,9 +121,12 @@ def test_quick_preset_end_to_end(tmp_path):
         config = (tmp_path / "runs" / mask["run_id"] / "config.yaml").read_text()
         assert f"base_run: {bases[mask['size']]}" in config
         assert f"beta: {float(mask['beta'])}" in config
-    assert {c["id"] for c in results["claims"]} == {
-        "beta-transfers-across-sizes", "accuracy-insensitive-to-beta", "sharing-falls-with-size"}
-    assert all(c["passed"] is None for c in results["claims"])  # the quick nets learn nothing
+    assert [c["id"] for c in results["claims"]] == [
+        "beta-transfers-across-sizes", "accuracy-insensitive-to-beta",
+        "sharing-insensitive-to-beta", "sharing-falls-with-size"]
+    # the quick nets learn nothing
+    assert {c["verdict"] for c in results["claims"]} == {"NOT MEASURED"}
+    assert all("the unmasked nets reach only" in c["evidence"] for c in results["claims"])
     section = results["sections"][0]
     assert len(section["tables"][0]["rows"]) == len(bases) * len(params["betas"])
     assert all((tmp_path / "out" / f["file"]).exists() for f in section["figures"])

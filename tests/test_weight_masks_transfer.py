@@ -7,11 +7,13 @@ import shutil
 import pytest
 import torch
 
+from sglab.analysis import mask_measures as mm
 from sglab.analysis import weight_masks as wm
 from sglab.cli import main
 from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
+from sglab.experiments.claims import Verdict, judge_all
 from sglab.models import build_model
 from sglab.models.masked import load_base_run
 from sglab.registry import experiment
@@ -19,6 +21,9 @@ from sglab.tasks import build_task
 from sglab.train.loop import train
 
 FIRST = "layers.0.*"
+CLAIMS = ["sharing-low-while-capacity-free", "output-layer-fills-first",
+          "own-mask-keeps-accuracy", "biased-init-raises-sharing"]
+LAYERS = ["layers.0.weight", "layers.1.weight", "layers.2.weight", "layers.3.weight"]
 
 
 def settings(steps, lr):
@@ -152,7 +157,7 @@ def test_first_layer_frozen_as_in_the_authors_code(chain, tmp_path, capsys):
     assert transfer.unfrozen({"first_layer": "frozen"}) == []
     assert main(["run", "masks-transfer", "--preset", "quick", "--param", "first_layer=both",
                  "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")]) == 2
-    assert "first_layer='both': choose reset" in capsys.readouterr().err
+    assert "first_layer = 'both': Input should be 'reset' or 'frozen'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
     model = build_model(transfer_config(sibling, 2, [sibling]).model, 17, 64, runs_dir=runs)
     used = final_masks(runs, sibling)
@@ -220,6 +225,17 @@ def test_transfer_sharing_counts_reuse_of_earlier_masks():
     assert wm.used_fraction(earlier) == pytest.approx(0.5)
 
 
+def test_chain_sharing_per_task_and_layer():
+    first = {"a": torch.tensor([1, 1, 0, 0]), "b": torch.tensor([1, 0])}
+    second = {"a": torch.tensor([0, 1, 1, 0]), "b": torch.tensor([0, 1])}
+    out = mm.chain_sharing([first, second])
+    assert out["layers"] == ["a", "b"]
+    assert out["sharing"] == [{"a": 0.0, "b": 0.0}, {"a": 0.5, "b": 0.0}]
+    assert out["chance"] == [{"a": 0.0, "b": 0.0}, {"a": 0.5, "b": 0.5}]
+    assert out["used"] == [{"a": 0.5, "b": 0.5}, {"a": 0.75, "b": 1.0}]
+    assert out["density"] == [{"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}]
+
+
 def test_bad_transfer_input_is_a_sglab_error(chain, tmp_path):
     runs, base, first, second, sibling = chain
     with pytest.raises(SglabError, match="frozen_from=.* has no effect without train_base=true"):
@@ -266,8 +282,55 @@ def test_quick_preset_end_to_end(tmp_path):
     masks = [label for label in results["labels"] if label["role"] == "mask"]
     assert [label["task"] for label in masks] == [str(t) for t in range(1, tasks + 1)]
     claims = {c["id"]: c for c in results["claims"]}
-    assert {"sharing-low-while-capacity-free", "output-layer-fills-first",
-            "own-mask-keeps-accuracy"} <= set(claims)
+    assert list(claims) == CLAIMS
+    assert {c["source"].split(", ")[0] for c in claims.values()} == {"001_76659a6d281e669d.txt"}
+    # the quick preset trains one mask initialization: nothing to compare the biased one with
+    assert claims["biased-init-raises-sharing"]["verdict"] == "NOT MEASURED"
     section = results["sections"][0]
     assert len(section["figures"]) == 2 and section["tables"]
     assert (tmp_path / "out" / "report.html").is_file()
+
+
+def measured_chain(sharing: float, used: list[float], accuracy: float = 0.97, tasks: int = 3) -> dict:
+    """Measures of one chain: every task after the first shares ``sharing`` of its mask in
+    every layer, earlier tasks use 0.3 of each layer before it; after the last task the
+    layers (input, hidden 1, hidden 2, output) are ``used``; each task keeps ``accuracy``
+    under its own mask, the unmasked net 0.97."""
+    return {"sharing": [{n: 0.0 if t == 0 else sharing for n in LAYERS} for t in range(tasks)],
+            "chance": [{n: 0.0 if t == 0 else 0.3 for n in LAYERS} for t in range(tasks)],
+            "used": [dict(zip(LAYERS, used)) for _ in range(tasks)],
+            "accuracy": [accuracy] * tasks, "reference": 0.97}
+
+
+@pytest.mark.parametrize(("chains", "expected"), [
+    # Fig. 3.4: little sharing while capacity is free, the output layer full first
+    ({"uniform 2": [measured_chain(0.1, [1.0, 0.4, 0.5, 0.9])] * 2},
+     ["REPRODUCES", "REPRODUCES", "REPRODUCES", "NOT MEASURED"]),
+    # full transfer, hidden layers fuller than the output layer, masks that lose accuracy
+    ({"uniform 2": [measured_chain(0.9, [1.0, 0.9, 0.95, 0.5], accuracy=0.6)] * 2},
+     ["FAILS", "FAILS", "FAILS", "NOT MEASURED"]),
+    # Fig. B.7: the biased initialization shares more
+    ({"uniform 2": [measured_chain(0.1, [1.0, 0.4, 0.5, 0.9])] * 2,
+      "frozen 2, new -1": [measured_chain(0.6, [1.0, 0.3, 0.4, 0.9])] * 2},
+     ["REPRODUCES", "REPRODUCES", "REPRODUCES", "REPRODUCES"]),
+    ({"uniform 2": [measured_chain(0.1, [1.0, 0.4, 0.5, 0.9])] * 2,
+      "frozen 2, new -1": [measured_chain(0.05, [1.0, 0.5, 0.6, 0.95])] * 2},
+     ["REPRODUCES", "REPRODUCES", "REPRODUCES", "FAILS"]),
+])
+def test_transfer_claims_on_constructed_measures(chains, expected):
+    exp = experiment("masks-transfer")
+    params = {**exp.preset("quick"), "seeds": [0, 1], "variants": list(chains)}
+    claims = judge_all(exp.spec.claims, exp.measured(params, chains, LAYERS))
+    assert [c.id for c in claims] == CLAIMS
+    assert [c.verdict for c in claims] == [Verdict(v) for v in expected]
+    sharing = claims[0].values["sharing per (seed, task, hidden layer)"]
+    assert len(sharing) == 2 * 2 * 2  # seeds x tasks after the first x hidden layers
+
+
+def test_transfer_claims_wait_for_a_net_that_solves_the_task():
+    exp = experiment("masks-transfer")
+    params = {**exp.preset("quick"), "seeds": [0]}
+    weak = {**measured_chain(0.1, [1.0, 0.4, 0.5, 0.9]), "reference": 0.5}
+    claims = judge_all(exp.spec.claims, exp.measured(params, {"uniform 2": [weak]}, LAYERS))
+    assert {c.verdict for c in claims} == {Verdict.NOT_MEASURED}
+    assert "0.500 accuracy on iid_test" in claims[0].evidence

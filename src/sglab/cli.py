@@ -174,11 +174,7 @@ def run(
         str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
         overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble, backend=backend,
         address=address, params=list(param or []))
-    if "verdicts" in results:
-        _out(f"{name} {preset}: {results['verdicts']}")
-    else:
-        failed = [c for c in results["claims"] if c["passed"] is False]
-        _out(f"{len(results['claims']) - len(failed)}/{len(results['claims'])} claims did not fail")
+    _out(f"{name} {preset}: {results['verdicts']}")
 
 
 @app.command()

@@ -3,7 +3,7 @@
 Pure reductions of captured activations plus :func:`ffn_statistics`, which captures
 ``blocks.{i}.mlp.hidden`` (dense / Top-K units), ``blocks.{i}.mlp.experts`` (chosen
 experts, [.., K]) and ``blocks.{i}.mlp.gates`` (their selection weights) of every layer on a
-batch of inputs.
+batch of inputs, and :func:`mlp_flops_per_token`, the compute of one MLP sub-block.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from sglab.analysis.hooks import capture, hook_names
+from sglab.models.moe import MoE
 
 
 def active_units(hidden: torch.Tensor) -> float:
@@ -92,5 +93,16 @@ def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]
     return out
 
 
+def mlp_flops_per_token(model: nn.Module, selector: bool = True) -> int:
+    """Forward matmul FLOPs per token of the first block's MLP sub-block (dense, Top-K, PKM
+    or MoE). ``selector=False`` leaves out an MoE's expert scores (2 d_model N_E), as the
+    thesis's "% FLOPs" does (Sec. 7.5.3): the K chosen experts only."""
+    mlp = model.blocks[0].mlp
+    flops = mlp.forward_flops_per_token()
+    if not selector and isinstance(mlp, MoE):
+        flops -= 2 * mlp.selector.numel()
+    return flops
+
+
 __all__ = ["active_units", "co_occurrence", "dead_experts", "expert_usage", "ffn_statistics",
-           "top_share", "usage_entropy"]
+           "mlp_flops_per_token", "top_share", "usage_entropy"]

@@ -184,3 +184,82 @@ def confusion(predictions: torch.Tensor, labels: torch.Tensor, classes: int) -> 
     table = torch.zeros(classes, classes)
     table.index_put_((labels, predictions), torch.ones(len(labels)), accumulate=True)
     return table / table.sum(1, keepdim=True).clamp_min(1)
+
+
+# ----------------------------------------------------------------------------- functional modules
+# (Secs 3.2.1-3.2.2, App. B.3.3-B.3.5): a frozen net under its full-task and subtask masks.
+# ``model`` is a masked model (``use_masks`` applies a mask set to its frozen net), ``task`` an
+# sglab task (``evaluate``; ``split`` and ``predict`` for the add/mul confusion).
+
+
+def weight_layers(masks: Masks) -> list[str]:
+    """The masked weight matrices (tensors of two or more dimensions), in the masks' order."""
+    return [n for n, m in masks.items() if m.dim() >= 2]
+
+
+def tried_masks(final: dict[str, Masks], subsets: list[str]) -> dict[str, Masks]:
+    """The mask sets a net is tested under, from the final masks of the full task (``full``)
+    and of each subtask: none (all ones), the full-task mask and its halves (B.1), and per
+    subtask its mask, its inversion (``not X``, Tabs 3.1/B.1) and its inversion in the hidden
+    layers only with the full-task mask on the first and last (``not X (hidden)``, Tab. B.2)."""
+    full = final["full"]
+    layers = list(full)
+    tried = {"none": {n: torch.ones_like(m) for n, m in full.items()}, "full": full,
+             "full, first half": half_masks(full, first=True),
+             "full, second half": half_masks(full, first=False)}
+    hidden = [n for n in layers if n not in (layers[0], layers[-1])]  # I/O stay
+    for name in subsets:
+        tried[name], tried[f"not {name}"] = final[name], invert(final[name])
+        tried[f"not {name} (hidden)"] = invert(final[name], only=hidden, keep=full)
+    return tried
+
+
+def accuracy_under_masks(model, task, tried: dict[str, Masks], split: str, groups: list[str],
+                         batch_size: int = 2000) -> dict[str, dict[str, float]]:
+    """``{mask set: {group: exact match on split}}`` with each mask set applied to ``model``
+    (eval mode; groups as the task's metric groups, e.g. ``op=add``)."""
+    accuracy = {}
+    for name, chosen in tried.items():
+        with model.use_masks(chosen):
+            record = task.evaluate(model.eval(), split, batch_size)
+        accuracy[name] = {g: record[f"{split}/exact_match/{g}"] for g in groups}
+    return accuracy
+
+
+def subtask_mask_measures(model, task, final: dict[str, Masks], logits: dict[str, Masks],
+                          subsets: list[str], groups: list[str], split: str) -> dict:
+    """One net's measures: accuracy per (mask set of :func:`tried_masks`, group), weights
+    kept per final mask, the per-layer shared proportion between the subtask masks (Figs
+    3.1/3.3) over the weight matrices, and the histogram of each mask's keep probabilities
+    (Fig. B.3). ``final``/``logits``: per mask run (``full`` and each subtask) its final
+    masks and its mask logits."""
+    layers = weight_layers(final["full"])
+    sharing = sharing_per_layer({n: {k: final[n][k] for k in layers} for n in subsets})
+    return {"accuracy": accuracy_under_masks(model, task, tried_masks(final, subsets), split,
+                                             groups),
+            "kept": {n: count(m) for n, m in final.items()},
+            "histograms": {n: logit_histogram(lg)[0].tolist() for n, lg in logits.items()},
+            "sharing": sharing, "layers": layers}
+
+
+def op_confusion_under_masks(model, task, masks: dict[str, Masks], split: str
+                             ) -> dict[str, torch.Tensor]:
+    """Add/mul: per mask set, :func:`op_confusion` of the net's answers on split (Fig. 3.2)."""
+    data = task.split(split)
+    out = {}
+    for name, chosen in masks.items():
+        with model.use_masks(chosen):
+            digits = task.predict(model.eval(), split) - task.digit_ids[0]
+        out[name] = op_confusion(data["a"], data["b"], data["op"], digits[:, 0] * 10 + digits[:, 1])
+    return out
+
+
+def mask_set_sharing(final: dict[str, Masks]) -> dict:
+    """Over the weight matrices of two or more mask sets (e.g. add and mul): each one's shared
+    proportion over all layers together (``total``, Figs B.4-B.5) and per layer
+    (``layers``), and the weights each keeps (``kept``)."""
+    names = list(final)
+    layers = weight_layers(final[names[0]])
+    masks = {n: {k: final[n][k] for k in layers} for n in names}
+    return {"total": total_sharing(masks), "layers": sharing_per_layer(masks),
+            "kept": {n: count(masks[n]) for n in names}}

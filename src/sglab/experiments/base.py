@@ -24,9 +24,14 @@ from typing import Any
 from sglab.config import RunConfig, apply_overrides, parse_override
 from sglab.errors import SglabError
 from sglab.experiments.claims import judge_all, summary_line
-from sglab.experiments.legacy_claims import Claim
 from sglab.experiments.runs import Arm, RunSet, build_arm_configs, finished_runs
-from sglab.experiments.spec import ExperimentParams, ExperimentSpec, load_spec, validate_params
+from sglab.experiments.spec import (
+    ExperimentParams,
+    ExperimentSpec,
+    load_spec,
+    unshared,
+    validate_params,
+)
 from sglab.provenance import describe, provenance
 from sglab.report import write_report
 from sglab.store import RunStore, write_labels
@@ -66,7 +71,7 @@ class Experiment:
         if name not in self.presets:
             raise SglabError(f"experiment {self.name!r} has no preset {name!r}; "
                              f"presets: {', '.join(self.presets)}")
-        params = copy.deepcopy(self.presets[name])
+        params = unshared(self.presets[name])
         if seeds is not None:
             if seeds < 1:
                 raise SglabError("--seeds must be at least 1")
@@ -199,14 +204,11 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
             else f"{experiment.name}: no runs to train; analyzing")
     analysis = experiment.analyze(params, finished_runs(arms, configs, summaries, runs_dir),
                                   out_dir)
-    if "measured" in analysis:
-        claims = [c.to_dict() for c in judge_all(experiment.spec.claims, analysis["measured"])]
-    else:  # an experiment not yet judged against the seed's numbers
-        claims = [c.to_dict() for c in analysis["claims"]]
+    claims = [c.to_dict() for c in judge_all(experiment.spec.claims, analysis["measured"])]
     results = {
         "experiment": experiment.name, "title": experiment.title, "preset": preset,
         "description": experiment.description, "claims": claims,
-        **({"verdicts": summary_line(claims)} if "measured" in analysis else {}),
+        "verdicts": summary_line(claims),
         "sections": analysis.get("sections", []), "runs": [s["run_id"] for s in summaries],
         "params": params, "seconds": round(time.perf_counter() - started, 1),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -216,8 +218,7 @@ def run_experiment(experiment: Experiment, preset: str, out_dir: str | Path,
     }
     path = write_report(results, out_dir)
     for claim in claims:
-        word = claim.get("verdict") or {True: "PASS", False: "FAIL"}.get(claim["passed"], "N/A")
-        printer(f"  [{word}] {claim['id']}: {claim['evidence']}")
+        printer(f"  [{claim['verdict']}] {claim['id']}: {claim['evidence']}")
     printer(f"{experiment.name}: report written to {path}")
     return results
 
@@ -258,4 +259,4 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-__all__ = ["Arm", "Claim", "Experiment", "RunSet", "run_experiment"]
+__all__ = ["Arm", "Experiment", "RunSet", "run_experiment"]

@@ -23,7 +23,9 @@ once per seed is a :class:`PerSeed` list, in seed order) or says why it cannot
 
 Effect rules are short texts, so the rule shown in the report is the rule that decides:
 ``NAME ≥ 0.9``, ``NAME > OTHER + 0.1``, ``|NAME| ≤ 0.05``, ``NAME`` (true),
-``slope(NAME over OTHER) < 0``, and alternatives joined by `` or ``.
+``slope(NAME over OTHER) < 0``, and alternatives joined by `` or ``. A yes/no value measured
+per seed is judged on its mean, the fraction of seeds where it holds: ``NAME`` then needs
+every seed.
 """
 
 from __future__ import annotations
@@ -182,7 +184,10 @@ class IsTrue(Rule):
         return self.name
 
     def holds_at(self, values, index) -> bool:
-        return bool(_entry(values[self.name], index))
+        value = _entry(values[self.name], index)
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        return float(value) == 1.0  # the mean of a per-seed yes/no: true on every seed
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class ExperimentParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     seeds: list[int] = Field(min_length=1)
-    quiet: bool = True
+    quiet: bool = False  # quiet runs: no line per evaluation, a progress line every two minutes
 
 
 def _valid_run_config(base: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +56,28 @@ RunConfigDict = Annotated[dict[str, Any], AfterValidator(_valid_run_config)]
 
 
 class SpecLoader(yaml.SafeLoader):
-    """YAML 1.1 with ``1e-4`` read as a number (PyYAML needs a dot in the mantissa)."""
+    """YAML 1.1 with ``1e-4`` read as a number (PyYAML needs a dot in the mantissa), and
+    merge lists (``<<: [*a, *b]``) refused where the merged mappings share a key: which one
+    wins is easy to misread, so a spec says it with one merge and explicit keys."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" and isinstance(value_node,
+                                                                       yaml.SequenceNode):
+                seen: dict[str, int] = {}
+                for index, merged in enumerate(value_node.value):
+                    if not isinstance(merged, yaml.MappingNode):
+                        continue
+                    self.flatten_mapping(merged)
+                    for merged_key, _ in merged.value:
+                        name = merged_key.value
+                        if name in seen and seen[name] != index:
+                            raise yaml.constructor.ConstructorError(
+                                "while merging", node.start_mark,
+                                f"key {name!r} comes from two merged mappings; merge one and "
+                                "write the other's keys out", merged_key.start_mark)
+                        seen[name] = index
+        super().flatten_mapping(node)
 
 
 SpecLoader.add_implicit_resolver(
@@ -85,6 +106,16 @@ def validate_params(model: type[ExperimentParams], params: dict[str, Any], where
         raise SglabError(message) from None
 
 
+def unshared(value: Any) -> Any:
+    """A copy in which no two places hold the same dict or list (``copy.deepcopy`` keeps
+    such sharing, so a change through one alias would show through the other)."""
+    if isinstance(value, dict):
+        return {k: unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unshared(v) for v in value]
+    return value
+
+
 def load_spec(path: Path, model: type[ExperimentParams], name: str) -> ExperimentSpec:
     """Read and check a spec file: its keys, every preset's parameters and every claim."""
     try:
@@ -97,6 +128,7 @@ def load_spec(path: Path, model: type[ExperimentParams], name: str) -> Experimen
     if unknown:
         raise SglabError(f"experiment spec {path.name}: unknown keys {unknown}; "
                          f"known: {', '.join(SPEC_KEYS)}")
+    data = unshared(data)  # an alias (*name) must not tie two presets' values together
     presets = data.get("presets") or {}
     if set(presets) - set(PRESET_NAMES) or "quick" not in presets:
         raise SglabError(f"experiment spec {path.name}: presets must be among "

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sglab.io import atomic_write_text
+from sglab.io import atomic_write_text, finite_or_none
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -137,7 +137,8 @@ def write_report(results: dict, out_dir: Path) -> Path:
     """Write results.json and report.html into ``out_dir`` (both atomically)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out_dir / "results.json",  # strict JSON: null, never a bare NaN
+                      json.dumps(finite_or_none(results), indent=2, allow_nan=False) + "\n")
     path = out_dir / "report.html"
     atomic_write_text(path, render_results(results, out_dir))
     return path

@@ -1,8 +1,10 @@
-"""What the improved-DNC experiments share (thesis Ch. 2): the run config, the arms, the
-loss-curve figure, probes of the memory states and the claims on constructed states.
+"""What the improved-DNC experiments share (thesis Ch. 2): the parameters of a preset, the
+arms, the loss-curve figure, the memory-state heatmaps and the measures of the claims on
+constructed states (the equations of D and S on hand-built memory states, no training).
 
-Optimizer: the authors' RMSProp (lr 1e-4, momentum 0.9, eps 1e-10, L2 decay 1e-5 on every
-matrix, the embeddings of token models included; gradient-norm clip 10), constant lr.
+The presets train the DNC as the authors' code does: RMSProp (momentum 0.9, eps 1e-10, L2
+decay 1e-5 on every matrix, the embeddings of token models included; gradient-norm clip
+10), constant lr. The probes of trained memories are in :mod:`sglab.analysis.dnc_memory`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any
 
 import torch
 
-from sglab.analysis.hooks import capture
-from sglab.experiments.legacy_claims import Claim, at_least, at_most, claim
+from sglab.experiments.claims import Measured
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
+from sglab.experiments.spec import ExperimentParams, RunConfigDict
 from sglab.models.dnc import (
     MemoryState,
     content_weights,
@@ -30,28 +32,11 @@ from sglab.report.plots import Panel, heatmap_grid, learning_curves, mean_band
 SPLIT = "iid_valid"
 
 
-def dnc_base(task: dict[str, Any], cells: int, width: int, controller: int, steps: int,
-             batch: int, eval_every: int, lr: float = 1e-4, heads: int = 1,
-             threads: int | None = 1, compile: bool = False,
-             as_code: bool = False) -> dict[str, Any]:
-    """A DNC run as the authors train it (RMSProp, momentum 0.9, L2 1e-5, clip 10, bit
-    loss); ``compile`` compiles the DNC's time step (each seed then trains alone: 2.5-3.1x an
-    eager lone run's speed, 1.8-2x a stacked member's; ``benchmarks/dnc_step.py --compile``);
-    ``as_code``: the authors' initialisation and their -1/+1 input bits (``model.init=code``,
-    ``model.bit_inputs=signed``)."""
-    code = {"init": "code", "bit_inputs": "signed"} if as_code else {}
-    return {
-        "task": task,
-        "model": {"name": "dnc", "memory_cells": cells, "cell_width": width,
-                  "read_heads": heads, "controller_size": controller, **code},
-        "train": {"steps": steps, "batch_size": batch, "lr": lr, "lr_schedule": "constant",
-                  "warmup_steps": 0, "optimizer": "rmsprop", "momentum": 0.9,
-                  "weight_decay": 1e-5, "grad_clip": 10.0, "loss": "bits",
-                  "eval_interval": eval_every, "log_interval": eval_every,
-                  "checkpoint_interval": eval_every * 4,
-                  "target_metric": f"{SPLIT}/exact_match", "threads": threads,
-                  "compile": compile},
-    }
+class DNCParams(ExperimentParams):
+    base: RunConfigDict  # the run config every variant starts from
+    variants: list[str]  # the DNC variants compared (DNC, DNC-D, DNC-MD, DNC-MDS, ...)
+    mask_min: float | None = None  # delta, the masks' floor (Eq. A.2), where M is on
+    mask_bias_init: float | None = None  # initial bias of the mask logits, where M is on
 
 
 def dnc_arms(params: dict[str, Any]) -> list[Arm]:
@@ -129,24 +114,6 @@ def best_seed(runs: RunSet) -> FinishedRun:
     return min(runs, key=lambda run: run.final[f"{SPLIT}/loss"])
 
 
-def probe(run: FinishedRun, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
-    """Time-stacked memory states of the run's last model on its first validation batch."""
-    def compute(run):
-        data = run.task.valid[0]
-        found = capture(run.model(), [f"dnc.{n}" for n in names], data.inputs)
-        return {n: found[f"dnc.{n}"] for n in names if f"dnc.{n}" in found}, data
-    return run.measure("probe/" + ",".join(names), compute)
-
-
-def read_shares(modes: torch.Tensor, backward: torch.Tensor, forward: torch.Tensor) -> torch.Tensor:
-    """How much of the read weighting w^r = pi[1] b + pi[2] c + pi[3] f (Eq. A.12) each mode
-    supplies: pi[k] times the mass of its distribution, [..., 3] for (backward, content,
-    forward); the content weights sum to 1. A mode weight on empty links reads nothing, so
-    this, not pi alone, says which addressing a read uses."""
-    return modes * torch.stack([backward.sum(-1), torch.ones_like(backward[..., 0]),
-                                forward.sum(-1)], dim=-1)
-
-
 def state_heatmaps(out_dir: Path, name: str, panels: list[tuple[str, torch.Tensor]], title: str,
                    caption: str, ylabel: str) -> dict[str, str]:
     """Time x something heatmaps (first sequence of the probed batch), one per panel."""
@@ -155,8 +122,11 @@ def state_heatmaps(out_dir: Path, name: str, panels: list[tuple[str, torch.Tenso
                         ylabel=ylabel, vmin=0.0, vmax=1.0, cell_size=3.6)
 
 
-def constructed_state_claims(cells: int = 8, width: int = 6) -> list[Claim]:
-    """D and S on constructed states, at every preset (no training involved)."""
+def constructed_state_measures(cells: int = 8, width: int = 6) -> dict[str, Measured]:
+    """The claims on D and S measured on constructed states (no training involved): a cell
+    read at t-1 and freed with retention psi = 0, looked up by its old content with and
+    without D (Eqs. 2.3, 2.4); S applied to random link distributions and sharpness values
+    s = oneplus(.) (Eq. A.10)."""
     g = torch.Generator().manual_seed(0)
     old = torch.randn(width, generator=g)
     state = MemoryState.zeros(1, cells, width, 1, torch.zeros(1))
@@ -172,28 +142,24 @@ def constructed_state_claims(cells: int = 8, width: int = 6) -> list[Claim]:
         new, _ = memory_step(state, parts, dealloc_content=dealloc)
         weight[dealloc] = float(content_weights(new.memory, old[None, None],
                                                 torch.tensor([[50.0]]))[0, 0, 0])
-    dealloc = claim(
-        "dealloc-erases-freed-cells",
-        "With D, a cell freed with retention psi = 0 no longer matches a content lookup for its "
-        "old content; without D it still does (memory aliasing, thesis Sec. 2.2).",
-        {"lookup weight of the freed cell with D": weight[True],
-         "without D": weight[False], "uniform": 1 / cells},
-        [at_most("lookup weight of the freed cell with D", "uniform", 1e-3),
-         at_least("without D", 0.5)],
-        context=f"{cells} cells, key = the freed cell's old content, strength 50")
     d = torch.rand(256, cells, generator=g) ** 4
     d = d / d.sum(-1, keepdim=True)
     s = 1 + torch.nn.functional.softplus(4 * torch.randn(256, generator=g))  # oneplus
     gain = sharpen(d, s).amax(-1) - ((d + 1e-6) / (d + 1e-6).sum(-1, keepdim=True)).amax(-1)
-    sharp = claim(
-        "sharpening-never-flattens-links",
-        "S(d, s) with s = oneplus(.) >= 1 never flattens a link distribution (Eq. A.10).",
-        {"smallest gain of the peak": float(gain.min()), "distributions": 256},
-        [at_least("smallest gain of the peak", -1e-6)],
-        context="random link distributions and sharpness values")
-    return [dealloc, sharp]
+    return {
+        "dealloc-erases-freed-cells": Measured(
+            {"lookup weight of the freed cell with D": weight[True],
+             "lookup weight of the freed cell without D": weight[False],
+             "uniform": 1 / cells},
+            f"{cells} cells; one step with free gate 1 on the cell read at t-1 and write gate "
+            "0; content lookup with the freed cell's old content as key, strength 50"),
+        "sharpening-never-flattens-links": Measured(
+            {"smallest gain of the peak": float(gain.min()), "distributions": 256},
+            "largest entry of S(d, s) minus that of d, over random link distributions d "
+            f"over {cells} cells and sharpness values s = oneplus(4 z), z standard normal"),
+    }
 
 
-__all__ = ["SPLIT", "constructed_state_claims", "curve_figure", "dnc_arms", "dnc_base", "loss_area",
-           "loss_figure", "probe", "read_shares", "results_table", "state_heatmaps",
+__all__ = ["DNCParams", "SPLIT", "best_seed", "constructed_state_measures", "curve_figure",
+           "dnc_arms", "loss_area", "loss_figure", "results_table", "state_heatmaps",
            "steps_to_loss"]

@@ -25,92 +25,54 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from sglab import registry
-from sglab.analysis.condensation import group_neurons, groups_covering
+from sglab.analysis.anchor_mechanisms import (
+    attention_maps,
+    embedding_eigenvalues,
+    first_layer_outputs,
+    probe_attention,
+    query_condensation,
+)
+from sglab.analysis.representations import centroid_cosine
 from sglab.analysis.spectra import effective_rank
 from sglab.experiments.base import Experiment
-from sglab.experiments.init_scale.init_scale_mechanisms import embedding_eigenvalues, mechanism_sections
-from sglab.experiments.legacy_claims import Claim, claim, is_true, less_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured
+from sglab.experiments.init_scale.init_scale_mechanisms import mechanism_sections, probe_key_position
 from sglab.experiments.runs import Arm, FinishedRun, RunSet
+from sglab.experiments.spec import ExperimentParams, RunConfigDict
 from sglab.report.plots import annotated_heatmap
-from sglab.train.loop import named_weights
+from sglab.tasks.anchors import ALL_PAIRS, input_token_ids, probe_sequences, probe_unseen_input
 
 SOLVED = 0.9  # seen-pair test accuracy below this is the shaded zone
 DOMINANT = 0.5  # a run "has" a solution when that scoring reaches this and beats the other
 SCORINGS = ("symmetric", "inferential", "test")
+MECHANISM_CLAIMS = ("inferential-condenses", "inferential-embedding-low-rank",
+                    "symmetric-clusters-mirrored-pairs", "attention-information-flow")
 
 
-def _base(*, d_model: int, d_ff: int, steps: int, batch: int, lr: float, warmup: int,
-          train_size: int, test_size: int, unseen_size: int, eval_every: int,
-          snapshots: int, weight_decay: float = 0.01, min_lr: float = 1e-5,
-          **train: Any) -> dict[str, Any]:
-    snapshot_steps = sorted({round(i * steps / snapshots) for i in range(snapshots + 1)})
-    if train.get("lr_schedule", "cosine") == "cosine":
-        train["min_lr"] = min_lr
-    return {
-        "task": {"name": "anchors", "train_size": train_size, "test_size": test_size,
-                 "unseen_size": unseen_size},
-        "model": {"name": "transformer", "n_heads": 1, "d_model": d_model, "d_ff": d_ff,
-                  "norm": "post", "activation": "relu", "tie_embeddings": False,
-                  "init": "gamma", "pos_encoding": "learned", "attention_mask": "causal"},
-        "train": {"steps": steps, "batch_size": batch, "lr": lr,
-                  "warmup_steps": warmup, "betas": [0.9, 0.999], "weight_decay": weight_decay,
-                  "grad_clip": 1.0, "eval_interval": eval_every, "log_interval": eval_every,
-                  "checkpoint_interval": eval_every * 4, "snapshot_steps": snapshot_steps,
-                  **train},
-    }
+class LrWdStudy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    depth: int  # depth of the study's models
+    gamma: float  # their initialization rate
+    lrs: list[float]  # peak learning rates (heatmap rows)
+    weight_decays: list[float]  # weight decays (heatmap columns)
+    seeds: list[int]  # seeds per cell
+
+
+class InitScaleParams(ExperimentParams):
+    base: RunConfigDict  # the run config every arm starts from
+    depths: list[int]  # model depths of the phase diagram (rows)
+    gammas: list[float]  # initialization rates: weights ~ N(0, d_in^(-2 gamma)) (columns)
+    lrs: list[float]  # learning rates per cell; each scoring keeps the best per seed
+    lr_wd: LrWdStudy | None = None  # the learning-rate x weight-decay study, if any
+    tsne_points: int  # probe sequences (over the 16 anchor pairs) for first-layer outputs
 
 
 class InitScale(Experiment):
     name = "init-scale"
-    title = "Initialization scale: reasoning vs memorizing on composite anchor functions"
-    description = (
-        "Zhang et al. (NeurIPS 2024). One-head post-LN decoders on the composite anchor "
-        "task; every weight ~ N(0, d_in^(-2 gamma)), so a larger gamma is a smaller "
-        "initialization. The held-out pair (4,3) is scored against the inferential answer "
-        "x-10 (composition of the single-anchor shifts) and the symmetric answer x-6 (a copy "
-        "of the seen, non-inferential (3,4)). Phase diagram over depth x gamma; mechanism "
-        "analyses of a symmetric and an inferential model."
-    )
-    # CPU presets: d_model 64 (d_ff 3 x d_model as in the paper's 400/1200), batch 256
-    # and a constant learning rate 4x the paper's peak, so that the small-init models
-    # leave their initial plateau within 3000 steps. The paper's head width d_k = 200 <
-    # d_model is not reproduced: one head of width d_model.
-    # Measured at default (depth 2, 3 seeds; 13.6 min on 2 shared cores): symmetric /
-    # inferential accuracy on (4,3) 0.67 / 0.04 at gamma 0.3, 0.42 / 0.36 at 0.5 (one
-    # seed symmetric, two inferential), 0.01 / 0.87 at 0.65. In exploratory runs the
-    # transition moved to larger gamma with depth (depth 3, gamma 0.65: symmetric 0.90),
-    # and gamma >= 0.8 did not fit the seen pairs within 3000 steps; a learning rate of
-    # 2e-3 washed the init-scale effect out (outcomes varied by seed, not by gamma).
-    presets = {
-        "quick": {
-            "base": _base(d_model=32, d_ff=96, steps=300, batch=128, lr=3e-3, warmup=30,
-                          train_size=8000, test_size=500, unseen_size=300, eval_every=100,
-                          snapshots=3),
-            "depths": [2], "gammas": [0.5, 1.0], "lrs": [3e-3], "seeds": [0],
-            "lr_wd": None, "tsne_points": 320, "quiet": True,
-        },
-        "default": {
-            "base": _base(d_model=64, d_ff=192, steps=3000, batch=256, lr=1e-3,
-                          lr_schedule="constant", warmup=100, train_size=50_000, test_size=2000,
-                          unseen_size=1000, eval_every=250, snapshots=6),
-            "depths": [2], "gammas": [0.3, 0.5, 0.65], "lrs": [1e-3], "seeds": [0, 1, 2],
-            "lr_wd": None, "tsne_points": 1600, "quiet": False,
-        },
-        "paper": {
-            # d_model 400, d_ff 1200, batch 2048, 900k sequences, ~92k steps (210 epochs),
-            # 10 warm-up epochs to a peak in [1e-4, 3e-4], cosine to 1e-5; 9 learning rates
-            # x 3 seeds per cell; the learning-rate x weight-decay study at depth 3, gamma 0.5.
-            "base": _base(d_model=400, d_ff=1200, steps=92_000, batch=2048, lr=2.5e-4,
-                          warmup=4400, train_size=900_000, test_size=10_000, unseen_size=4000,
-                          eval_every=2000, snapshots=10, precision="bf16"),
-            "depths": [2, 3, 4, 5, 6], "gammas": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8],
-            "lrs": [round(1e-4 + i * 2.5e-5, 7) for i in range(9)], "seeds": [0, 1, 2],
-            "lr_wd": {"depth": 3, "gamma": 0.5, "lrs": [5e-5, 1e-4, 2e-4, 4e-4, 6e-4],
-                      "weight_decays": [0.003, 0.01, 0.03, 0.1, 0.3], "seeds": [0, 1, 2]},
-            "tsne_points": 10_000, "quiet": False,
-        },
-    }
+    params_model = InitScaleParams
 
     # ------------------------------------------------------------------ runs
     def arms(self, params: dict[str, Any]) -> list[Arm]:
@@ -122,7 +84,7 @@ class InitScale(Experiment):
                                   "lr": f"{lr:g}"}, params["base"],
                                  {"model.n_layers": depth, "model.init_gamma": gamma,
                                   "train.lr": lr}, seed) for seed in params["seeds"]]
-        study = params.get("lr_wd")
+        study = params["lr_wd"]
         if study:
             for lr in study["lrs"]:
                 for decay in study["weight_decays"]:
@@ -138,10 +100,14 @@ class InitScale(Experiment):
 
     # ------------------------------------------------------------------ analysis
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        phase = [measure(run) for run in runs.where(group="phase")]
+        phase = [measure(run, params["tsne_points"]) for run in runs.where(group="phase")]
         cells = phase_cells(phase, params["depths"], params["gammas"])
         sections = [self._phase_section(cells, params, out_dir), _per_run_section(phase)]
-        claims = [self._solution_claim(cells, params), *self._mechanism_claims(phase)]
+        measured = {"small-init-inferential-large-init-symmetric":
+                    solution_measurement(cells, params["depths"], params["gammas"]),
+                    "condensation-grows-with-gamma":
+                    condensation_measurement(phase, params["depths"], params["gammas"]),
+                    **mechanism_measurements(phase)}
         exemplars = pick_exemplars(phase, min(params["depths"]))
         if exemplars:
             sections += mechanism_sections(exemplars, params, out_dir)
@@ -152,7 +118,7 @@ class InitScale(Experiment):
         study = runs.where(group="lr-wd")
         if len(study):
             sections.append(self._lr_wd_section(study, params["lr_wd"], out_dir))
-        return {"claims": claims, "sections": sections}
+        return {"measured": measured, "sections": sections}
 
     # --- phase diagram
     def _phase_section(self, cells, params, out_dir):
@@ -184,56 +150,6 @@ class InitScale(Experiment):
             "figures": [figure],
         }
 
-    def _solution_claim(self, cells, params) -> Claim:
-        depths, gammas = params["depths"], params["gammas"]
-        smallest_init = [cells[(d, max(gammas))] for d in depths]
-        symmetric_cells = [[cells[(d, g)] for g in gammas
-                            if g < max(gammas) and cells[(d, g)]["label"] == "symmetric"]
-                           for d in depths]
-        return claim(
-            "small-init-inferential-large-init-symmetric",
-            "Small initialization (large gamma) yields the inferential solution on the unseen "
-            "pair; large initialization (small gamma) yields the symmetric solution.",
-            {"depths": depths,
-             f"gamma {max(gammas):g} inferential / symmetric / seen": [
-                 f"{c['inferential']:.2f} / {c['symmetric']:.2f} / {c['test']:.2f}"
-                 for c in smallest_init],
-             "symmetric smaller gammas": [", ".join(f"{c['gamma']:g}" for c in found) or "none"
-                                          for found in symmetric_cells],
-             "largest gamma inferential": [c["label"] == "inferential" for c in smallest_init],
-             "a smaller gamma symmetric": [bool(found) for found in symmetric_cells]},
-            [is_true("largest gamma inferential"), is_true("a smaller gamma symmetric")],
-            context=f"per depth; a cell is inferential (symmetric) when that accuracy on (4,3) "
-                    f"is ≥ {DOMINANT} and above the other, with seen-pair accuracy ≥ {SOLVED:.0%}",
-        )
-
-    @staticmethod
-    def _mechanism_claims(phase) -> list[Claim]:
-        inferential = [r for r in phase if r["solution"] == "inferential"]
-        symmetric = [r for r in phase if r["solution"] == "symmetric"]
-        if not inferential or not symmetric:
-            reason = (f"needs both solution types among the runs; got {len(inferential)} "
-                      f"inferential and {len(symmetric)} symmetric")
-            return [not_measurable("inferential-condenses", _CONDENSE, reason),
-                    not_measurable("inferential-embedding-low-rank", _SPECTRUM, reason)]
-        counted = f"{len(inferential)} inferential, {len(symmetric)} symmetric runs"
-
-        def medians(get) -> dict[str, float]:
-            return {"inferential": statistics.median(get(r) for r in inferential),
-                    "symmetric": statistics.median(get(r) for r in symmetric)}
-
-        return [
-            claim("inferential-condenses", _CONDENSE,
-                  medians(lambda r: r["condensation"]["fraction"]),
-                  [less_than("inferential", "symmetric")],
-                  context="median fraction of W_Q(1) neuron groups (cosine ≥ 0.7) needed to "
-                          f"cover 90% of the neurons ({counted})"),
-            claim("inferential-embedding-low-rank", _SPECTRUM,
-                  medians(lambda r: r["embedding_rank"]), [less_than("inferential", "symmetric")],
-                  context="median effective rank of the input-token embedding covariance "
-                          f"({counted})"),
-        ]
-
     @staticmethod
     def _lr_wd_section(study: RunSet, spec, out_dir):
         lrs, decays = spec["lrs"], spec["weight_decays"]
@@ -252,29 +168,114 @@ class InitScale(Experiment):
             "figures": [figure]}
 
 
-_CONDENSE = ("Inferential (small-init) models show stronger condensation of W_Q(1): their "
-             "neurons occupy fewer directions than those of symmetric models.")
-_SPECTRUM = ("Inferential models have a faster-decaying embedding spectrum (a few large "
-             "eigenvalues of the embedding covariance) than symmetric ones.")
+# ----------------------------------------------------------------------------- claims
+
+
+def solution_measurement(cells, depths: list[int], gammas: list[float]) -> Measured:
+    """Per depth: the cell of the smallest initialization (largest gamma) and whether a
+    larger initialization (a smaller gamma) gives a symmetric cell."""
+    largest = max(gammas)
+    smallest_init = [cells[(d, largest)] for d in depths]
+    symmetric = [[g for g in gammas if g < largest and cells[(d, g)]["label"] == "symmetric"]
+                 for d in depths]
+    return Measured(
+        {"depth": list(depths),
+         "inferential at the largest γ": [c["inferential"] for c in smallest_init],
+         "symmetric at the largest γ": [c["symmetric"] for c in smallest_init],
+         "seen pairs at the largest γ": [c["test"] for c in smallest_init],
+         "symmetric cells at a smaller γ": [", ".join(f"{g:g}" for g in found) or "none"
+                                            for found in symmetric],
+         "a smaller γ symmetric": [bool(found) for found in symmetric]},
+        f"one entry per depth; largest γ = {largest:g}; a cell is the mean over seeds of each "
+        "seed's best accuracy over the learning rates; it is symmetric when the symmetric "
+        f"accuracy on (4,3) is ≥ {DOMINANT} and above the inferential one, with seen-pair "
+        f"accuracy ≥ {SOLVED:.0%}")
+
+
+def condensation_measurement(phase, depths: list[int], gammas: list[float]
+                             ) -> Measured | NotMeasured:
+    """Per depth: the W_Q(1) covering fraction at the largest and at the smallest gamma."""
+    if len(set(gammas)) < 2:
+        return NotMeasured("needs at least two initialization rates")
+
+    def fraction(depth, gamma) -> float:
+        return statistics.mean(r["condensation_fraction"] for r in phase
+                               if r["depth"] == depth and r["gamma"] == gamma)
+
+    return Measured(
+        {"depth": list(depths),
+         "W_Q(1) fraction at the largest γ": [fraction(d, max(gammas)) for d in depths],
+         "W_Q(1) fraction at the smallest γ": [fraction(d, min(gammas)) for d in depths]},
+        "one entry per depth; fraction of W_Q(1) neurons' groups (cosine ≥ 0.7) needed to "
+        f"cover 90% of the neurons (lower: more condensed), mean over the runs of γ "
+        f"{max(gammas):g} and {min(gammas):g}")
+
+
+def mechanism_measurements(phase) -> dict[str, Measured | NotMeasured]:
+    """The solution-type comparisons: medians over the inferential and the symmetric runs
+    of every depth."""
+    inferential = [r for r in phase if r["solution"] == "inferential"]
+    symmetric = [r for r in phase if r["solution"] == "symmetric"]
+    if not inferential or not symmetric:
+        reason = (f"needs both solution types among the runs; got {len(inferential)} "
+                  f"inferential and {len(symmetric)} symmetric")
+        return {claim_id: NotMeasured(reason) for claim_id in MECHANISM_CLAIMS}
+    counted = (f"medians over {len(inferential)} inferential and {len(symmetric)} symmetric "
+               "runs of every depth")
+
+    def median(group, key) -> float:
+        return statistics.median(r[key] for r in group)
+
+    def both(name, key) -> dict[str, float]:
+        return {f"{name}, inferential": median(inferential, key),
+                f"{name}, symmetric": median(symmetric, key)}
+
+    return {
+        "inferential-condenses": Measured(
+            both("W_Q(1) fraction", "condensation_fraction"),
+            "fraction of W_Q(1) neuron groups (cosine ≥ 0.7) needed to cover 90% of the "
+            f"neurons (lower: more condensed); {counted}"),
+        "inferential-embedding-low-rank": Measured(
+            both("embedding effective rank", "embedding_rank"),
+            f"effective rank exp(H) of the input-token embedding covariance spectrum; {counted}"),
+        "symmetric-clusters-mirrored-pairs": Measured(
+            {**both("cos (3,4)-(4,3)", "mirrored"),
+             "cos (3,4)-(1,2), symmetric": median(symmetric, "unmirrored")},
+            "cosine between the centred mean first-layer outputs X_ao(1) (last token) of two "
+            f"anchor pairs; {counted}"),
+        "attention-information-flow": Measured(
+            {**both("layer-1 anchors→key", "anchors_to_key"),
+             **both("layer-1 last→anchors", "last_to_anchors")},
+            "first-layer attention on the (4,3) input with key 99: mean attention of the two "
+            "anchors on the key, and the last token's attention on both anchors (summed); "
+            f"{counted}"),
+    }
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def measure(run: FinishedRun) -> dict[str, Any]:
+def measure(run: FinishedRun, probe_points: int) -> dict[str, Any]:
     """A phase run's grid values, scores, solution type and mechanism measures."""
     model = run.model()
-    w_q = named_weights(model)["blocks.0.attn.W_Q"].detach()
-    groups = group_neurons(w_q, threshold=0.7)
-    covering = groups_covering(groups.sizes, 0.9)
+    tokens, pairs = probe_sequences(run.config.task, probe_points // len(ALL_PAIRS), seed=0)
+    outputs = first_layer_outputs(model, tokens[:, :-1])
+    probe = probe_unseen_input(run.config.task.seq_len)
+    first_layer = probe_attention(attention_maps(model, probe), probe_key_position(probe))[0]
     record = {"run": run, "depth": run.config.model.n_layers,
               "gamma": run.config.model.init_gamma, "lr": run.config.train.lr, "seed": run.seed,
               "test": run.final["iid_test/exact_match"],
               "inferential": run.final["unseen/inferential"],
               "symmetric": run.final["unseen/symmetric"],
-              "condensation": {"groups": groups, "covering": covering,
-                               "fraction": covering / len(groups.labels)},
-              "embedding_rank": effective_rank(embedding_eigenvalues(model))}
+              "condensation": query_condensation(model),
+              "embedding_rank": effective_rank(embedding_eigenvalues(model, input_token_ids())),
+              "mirrored": centroid_cosine(outputs, pairs.numpy(), 34, 43),
+              "unmirrored": centroid_cosine(outputs, pairs.numpy(), 34, 12),
+              "anchors_to_key": (first_layer["first anchor→key"]
+                                 + first_layer["second anchor→key"]) / 2,
+              "last_to_anchors": (first_layer["last→first anchor"]
+                                  + first_layer["last→second anchor"])}
+    record["condensation_fraction"] = record["condensation"].fraction
     record["solution"] = solution_type(record)
     return record
 
@@ -282,12 +283,14 @@ def measure(run: FinishedRun) -> dict[str, Any]:
 def _per_run_section(phase) -> dict:
     rows = [[r["depth"], f"{r['gamma']:g}", f"{r['lr']:g}", r["seed"], f"{r['test']:.3f}",
              f"{r['symmetric']:.3f}", f"{r['inferential']:.3f}", r["solution"],
-             f"{r['condensation']['covering']} ({r['condensation']['fraction']:.2f})",
-             f"{r['embedding_rank']:.2f}"] for r in phase]
+             f"{r['condensation'].covering} ({r['condensation'].fraction:.2f})",
+             f"{r['embedding_rank']:.2f}", f"{r['mirrored']:.3f}", f"{r['anchors_to_key']:.2f}",
+             f"{r['last_to_anchors']:.2f}"] for r in phase]
     return {"title": "Runs", "tables": [{
         "columns": ["depth", "gamma", "lr", "seed", "seen test", "symmetric", "inferential",
                     "solution", "W_Q(1) groups covering 90% (fraction)",
-                    "embedding effective rank"], "rows": rows}]}
+                    "embedding effective rank", "cos (3,4)-(4,3) X_ao(1)",
+                    "layer-1 anchors→key", "layer-1 last→anchors"], "rows": rows}]}
 
 
 def solution_type(run: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ A symmetric and an inferential model of the ``init-scale`` experiment side by si
 condensation of W_Q(1), the embedding spectrum (and its growth over training, from
 ``train.snapshot_steps``), singular values of every weight matrix, a t-SNE of
 first-layer outputs and the attention maps of the paper's (4,3) probe with key 99.
+The measures themselves are in :mod:`sglab.analysis.anchor_mechanisms`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from sglab.analysis.hooks import capture
+from sglab.analysis.anchor_mechanisms import (
+    attention_maps,
+    embedding_eigenvalues,
+    first_layer_outputs,
+    probe_attention,
+    weight_matrix_names,
+    weight_singular_values,
+)
 from sglab.analysis.representations import centroid_cosine, tsne_map
-from sglab.analysis.spectra import covariance_eigenvalues, effective_rank, singular_values
+from sglab.analysis.spectra import effective_rank
 from sglab.experiments.runs import FinishedRun
 from sglab.report.plots import Line, Panel, heatmap_grid, line_figure, scatter_panels
 from sglab.tasks.anchors import (
@@ -26,7 +34,14 @@ from sglab.tasks.anchors import (
     probe_sequences,
     probe_unseen_input,
 )
-from sglab.train.loop import named_weights
+
+#: Centroid cosines shown for the first-layer outputs: two mirrored pairs and a non-mirrored one.
+PAIR_COSINES = ((34, 43), (12, 21), (34, 12))
+
+
+def probe_key_position(tokens) -> int:
+    """Position of the key item in the (4,3) probe: the token before the first anchor."""
+    return tokens.tolist().index(4) - 1
 
 
 def mechanism_sections(exemplars: dict[str, dict[str, Any]], params: dict[str, Any],
@@ -41,8 +56,8 @@ def mechanism_sections(exemplars: dict[str, dict[str, Any]], params: dict[str, A
         for kind, r in exemplars.items())
     condensation = heatmap_grid(
         out_dir, "condensation",
-        [[(f"{labels[kind]}\n{r['condensation']['covering']} groups cover 90% of neurons",
-           r["condensation"]["groups"].reordered) for kind, r in exemplars.items()]],
+        [[(f"{labels[kind]}\n{r['condensation'].covering} groups cover 90% of neurons",
+           r["condensation"].groups.reordered) for kind, r in exemplars.items()]],
         vmin=-1, vmax=1, cmap="RdBu_r", cell_size=4.4, title="condensation",
         caption="W_Q(1) neuron cosine similarity, small vs large init.")
     models = {kind: r["run"] for kind, r in exemplars.items()}
@@ -58,17 +73,19 @@ def mechanism_sections(exemplars: dict[str, dict[str, Any]], params: dict[str, A
         _attention_section(models, labels, out_dir),
     ]
 
+
 def _spectra_section(models: dict[str, FinishedRun], labels, out_dir):
     rows, shares = [], []
+    tokens = input_token_ids()
     for kind, run in models.items():
-        values = embedding_eigenvalues(run.model())
+        values = embedding_eigenvalues(run.model(), tokens)
         shares.append(Line(np.arange(1, len(values) + 1),
                            np.maximum(values / values.sum(), 1e-12), labels[kind]))
         rows.append([labels[kind], f"{effective_rank(values):.2f}",
                      f"{values[0] / values.sum():.3f}"])
     inferential = models["inferential"]
     steps = inferential.config.train.snapshot_steps
-    history = np.array([embedding_eigenvalues(inferential.model(f"step_{s}"))[:6]
+    history = np.array([embedding_eigenvalues(inferential.model(f"step_{s}"), tokens)[:6]
                         for s in steps])
     eigen = line_figure(out_dir, "embedding_spectrum", [
         Panel("eigenvalue / sum (embedding covariance)", shares, log_y=True, xlabel="index"),
@@ -80,10 +97,10 @@ def _spectra_section(models: dict[str, FinishedRun], labels, out_dir):
         caption="Embedding covariance eigenvalues (log scale) and their growth during "
                 "training.")
     names = weight_matrix_names(inferential.model())
+    spectra = {kind: weight_singular_values(run.model(), names) for kind, run in models.items()}
     singular = line_figure(out_dir, "singular_values", [
-        Panel(name, [Line(np.arange(1, len(v) + 1), v, kind) for kind, v in
-                     ((kind, singular_values(named_weights(run.model())[name]))
-                      for kind, run in models.items())], log_y=True)
+        Panel(name, [Line(np.arange(1, len(values[name]) + 1), values[name], kind)
+                     for kind, values in spectra.items()], log_y=True)
         for name in names], columns=5, panel_width=2.6, height=2.1, xlabel="",
         title="singular values", caption="Singular values of each weight matrix (log scale).")
     return {"title": "Spectra", "text": (
@@ -96,18 +113,18 @@ def _spectra_section(models: dict[str, FinishedRun], labels, out_dir):
                     "rows": rows}],
         "figures": [eigen, singular]}
 
+
 def _tsne_section(models: dict[str, FinishedRun], labels, params, out_dir):
     panels, rows = [], []
     for kind, run in models.items():
         tokens, pairs = probe_sequences(run.config.task, params["tsne_points"] // len(ALL_PAIRS),
                                         seed=0)
-        vectors = capture(run.model(), ["blocks.0.resid_mid"],
-                          tokens[:, :-1])["blocks.0.resid_mid"][:, -1]
+        vectors = first_layer_outputs(run.model(), tokens[:, :-1])
         points = tsne_map(vectors, seed=0, perplexity=min(30.0, (len(vectors) - 1) / 3))
         panels.append((labels[kind], points, pairs.numpy(),
                        {10 * a + b: f"({a},{b})" for a, b in ALL_PAIRS}))
         rows.append([labels[kind], *[f"{centroid_cosine(vectors, pairs.numpy(), x, y):.3f}"
-                                     for x, y in ((34, 43), (12, 21), (34, 12))]])
+                                     for x, y in PAIR_COSINES]])
     unordered = sorted({tuple(sorted(p)) for p in ALL_PAIRS})
     # mirrored pairs share a hue of tab20: dark for a1 <= a2, light for a1 > a2
     colors = {10 * a + b: 2 * unordered.index(tuple(sorted((a, b)))) + (a > b)
@@ -123,21 +140,18 @@ def _tsne_section(models: dict[str, FinishedRun], labels, params, out_dir):
                                 "cos (3,4)-(1,2)"], "rows": rows}],
         "figures": [figure]}
 
+
 def _attention_section(models: dict[str, FinishedRun], labels, out_dir):
     n_layers = max(run.config.model.n_layers for run in models.values())
     grid, rows = [], []
     for kind, run in models.items():
         tokens = probe_unseen_input(run.config.task.seq_len)
-        patterns = capture(run.model(), ["blocks.*.attn.pattern"], tokens[None])
         names = [str(t) for t in tokens.tolist()]
-        key_pos = names.index("4") - 1
-        maps = [patterns[f"blocks.{layer}.attn.pattern"][0, 0].numpy()
-                for layer in range(run.config.model.n_layers)]
+        maps = attention_maps(run.model(), tokens)
         grid.append([(f"{kind}: layer {i + 1}", m) for i, m in enumerate(maps)]
                     + [None] * (n_layers - len(maps)))
-        rows += [[labels[kind], i + 1, *[f"{m[-1][key_pos + k]:.2f}" for k in range(3)],
-                  f"{m[key_pos + 1, key_pos]:.2f}", f"{m[key_pos + 2, key_pos]:.2f}"]
-                 for i, m in enumerate(maps)]
+        rows += [[labels[kind], i + 1, *[f"{value:.2f}" for value in layer.values()]]
+                 for i, layer in enumerate(probe_attention(maps, probe_key_position(tokens)))]
     figure = heatmap_grid(out_dir, "attention", grid, vmin=0, vmax=1, cmap="Blues",
                           ticklabels=names, xlabel="attended position",
                           ylabel="query position", title="attention maps",
@@ -150,19 +164,3 @@ def _attention_section(models: dict[str, FinishedRun], labels, out_dir):
                                 "last→anchor 3", "anchor 4→key", "anchor 3→key"],
                     "rows": rows}],
         "figures": [figure]}
-
-
-def embedding_eigenvalues(model) -> np.ndarray:
-    """Eigenvalues of the covariance of the embeddings of the input tokens."""
-    return covariance_eigenvalues(model.tok_emb.weight.detach()[input_token_ids()])
-
-
-def weight_matrix_names(model) -> list[str]:
-    """Every weight matrix in forward order, the fused qkv split into W_Q, W_K, W_V."""
-    weights = named_weights(model)
-    names = ["tok_emb.weight", "positions.table.weight"]
-    for i in range(len(model.blocks)):
-        names += [f"blocks.{i}.attn.{view}" for view in ("W_Q", "W_K", "W_V", "W_O")]
-        names += [f"blocks.{i}.mlp.up.weight", f"blocks.{i}.mlp.out.weight"]
-    names.append("head.weight")
-    return [n for n in names if n in weights and weights[n].dim() == 2]

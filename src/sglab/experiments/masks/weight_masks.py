@@ -16,17 +16,16 @@ pair's input and output weights copied onto the other's (``model.base_edit``).
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import Any, Literal
 
 from sglab.analysis import weight_masks as wm
 from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, at_most, claim, greater_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured, per_seed
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.registry import register_experiment
 from sglab.report.plots import Line, Panel, grouped_bars, line_figure
 
@@ -40,11 +39,6 @@ def train_settings(steps: int, batch: int, lr: float, eval_every: int) -> dict[s
             "warmup_steps": 0, "weight_decay": 0.0, "grad_clip": 1.0,
             "eval_interval": eval_every, "log_interval": eval_every,
             "checkpoint_interval": eval_every, "eval_batch_size": 2000}
-
-
-def sizes(hidden, base_steps, mask_steps, seeds, beta, valid, batch=128) -> dict[str, Any]:
-    return {"hidden": hidden, "base_steps": base_steps, "mask_steps": mask_steps,
-            "seeds": seeds, "beta": beta, "valid_size": valid, "batch": batch}
 
 
 def base_arm(params: dict[str, Any], labels: dict[str, str], task: dict[str, Any],
@@ -68,14 +62,55 @@ def mask_arm(params: dict[str, Any], base: FinishedRun, labels: dict[str, str],
     return Arm({"role": "mask", **labels}, config, seed=seed)
 
 
-def guarded(claims: list, base: float, what: str, minimum: float = BASE_MIN) -> list:
-    """The claims, or each as not measurable when the unmasked nets reach only ``base``
-    (< ``minimum``) on ``what``: masks are compared on nets that solve the task."""
+def weak_base(base: float, what: str, minimum: float = BASE_MIN) -> str | None:
+    """Why the claims cannot be judged when the unmasked nets reach only ``base`` (<
+    ``minimum``) on ``what`` (masks are compared on nets that solve the task); None if they
+    can."""
     if base >= minimum:
-        return claims
-    reason = (f"the unmasked nets reach only {base:.3f} {what} (the claims need >= "
-              f"{minimum}); train them longer (a larger preset)")
-    return [not_measurable(c.id, c.statement, reason) for c in claims]
+        return None
+    return (f"the unmasked nets reach only {base:.3f} {what} (the claims need >= "
+            f"{minimum}); train them longer (a larger preset)")
+
+
+def guarded(claims: Mapping[str, Measured | NotMeasured], base: float, what: str,
+            minimum: float = BASE_MIN) -> dict[str, Measured | NotMeasured]:
+    """The claims (``{claim id: Measured | NotMeasured}``), or each as not measured when the
+    unmasked nets reach only ``base`` (< ``minimum``) on ``what``."""
+    reason = weak_base(base, what, minimum)
+    if reason is None:
+        return dict(claims)
+    return {claim_id: NotMeasured(reason) for claim_id in claims}
+
+
+def claim_variant(claim_id: str) -> tuple[str, str]:
+    """``mask-specializes[LSTM forced]`` -> (``mask-specializes``, ``LSTM forced``)."""
+    name, _, variant = claim_id.partition("[")
+    if not variant.endswith("]"):
+        raise SglabError(f"claim {claim_id!r} names no model variant (claim-id[VARIANT])")
+    return name, variant[:-1]
+
+
+class WeightMaskParams(ExperimentParams):
+    hidden: list[int]  # the FNN's hidden sizes
+    lstm_hidden: int  # the LSTM's hidden size per layer
+    lstm_layers: int  # the LSTM's layers
+    base_steps: int  # training steps of a base net (lr 1e-3)
+    mask_steps: int  # training steps of a mask (lr 1e-2)
+    beta: float  # the mask regularizer beta = batch x alpha (thesis B.3.2)
+    valid_size: int  # examples in the task's validation split
+    batch: int = 128  # batch size of the nets and the masks (thesis B.3.2)
+    lstm_base_steps: int | None = None  # the LSTM variants' base steps (None: base_steps)
+    lstm_mask_steps: int | None = None  # the LSTM variants' mask steps (None: mask_steps)
+    lstm_beta: float | None = None  # the LSTM variants' beta (None: beta)
+
+
+class AddMulParams(WeightMaskParams):
+    models: list[Literal["FNN", "LSTM", "LSTM forced"]]  # the nets compared, one arm each
+
+
+class DoubleAddParams(WeightMaskParams):
+    # the nets compared; FNN sanity masks the FNN's nets, edited (App. B.3.1)
+    models: list[Literal["FNN", "FNN sanity", "LSTM", "LSTM forced"]]
 
 
 class WeightMaskExperiment(Experiment):
@@ -108,9 +143,8 @@ class WeightMaskExperiment(Experiment):
         multiplication slower), ``lstm_mask_steps`` (their masks prune more slowly) and
         ``lstm_beta`` (the thesis code's double addition: beta
         4e-4 for the FNN's masks, 1e-4 for the LSTM's)."""
-        if variant.startswith("LSTM"):
-            return params.get(f"lstm_{key}", params[key])
-        return params[key]
+        own = params.get(f"lstm_{key}") if variant.startswith("LSTM") else None
+        return params[key] if own is None else own
 
     def base_variant(self, variant: str) -> str:
         """The variant whose nets ``variant``'s masks train on (itself unless edited)."""
@@ -149,34 +183,15 @@ class WeightMaskExperiment(Experiment):
 
     # ------------------------------------------------------------------ measures
     def measures(self, base: FinishedRun, masks: dict[str, FinishedRun]) -> dict[str, Any]:
-        """Accuracy per (mask, tested group), kept weights, per-layer sharing."""
+        """Accuracy per (mask, tested group), kept weights, per-layer sharing, histograms
+        (:func:`sglab.analysis.weight_masks.subtask_mask_measures`) on the full-task mask
+        run's model (the edited net for an edited variant)."""
         model = masks["full"].model()
         task = masks["full"].task
         final = {name: run.model().final_masks() for name, run in masks.items()}
-        layers = list(final["full"])
-        ones = {n: torch.ones_like(m) for n, m in final["full"].items()}
-        tried = {"none": ones, "full": final["full"],  # and its half masks (thesis B.1)
-                 "full, first half": wm.half_masks(final["full"], first=True),
-                 "full, second half": wm.half_masks(final["full"], first=False)}
-        for name in self.subsets:
-            tried[name], tried[f"not {name}"] = final[name], wm.invert(final[name])
-            hidden = [n for n in layers if n not in (layers[0], layers[-1])]  # I/O stay
-            tried[f"not {name} (hidden)"] = wm.invert(final[name], only=hidden,
-                                                       keep=final["full"])
-        accuracy = {}
-        for name, chosen in tried.items():
-            with model.use_masks(chosen):
-                record = task.evaluate(model.eval(), SPLIT, 2000)
-            accuracy[name] = {g: record[f"{SPLIT}/exact_match/{g}"] for g in self.groups.values()}
-        subtask = {n: final[n] for n in self.subsets}
-        weight_layers = [n for n in layers if final["full"][n].dim() >= 2]
-        sharing = wm.sharing_per_layer({n: {k: m[k] for k in weight_layers}
-                                        for n, m in subtask.items()})
-        histograms = {name: wm.logit_histogram(run.model().mask_logits())[0].tolist()
-                      for name, run in masks.items()}
-        out = {"accuracy": accuracy, "kept": {n: wm.count(m) for n, m in final.items()},
-               "histograms": histograms,
-               "sharing": sharing, "layers": weight_layers}
+        logits = {name: run.model().mask_logits() for name, run in masks.items()}
+        out = wm.subtask_mask_measures(model, task, final, logits, list(self.subsets),
+                                       list(self.groups.values()), SPLIT)
         out.update(self.extra_measures(model, task, final))
         return out
 
@@ -192,7 +207,7 @@ class WeightMaskExperiment(Experiment):
                 for base in runs.where(role="base", model=self.base_variant(variant))]
 
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
-        claims, sections = [], []
+        sections = []
         measured = {variant: self.per_seed(runs, variant) for variant in params["models"]}
         for variant, seeds in measured.items():
             section = self.variant_section(params, variant, seeds, out_dir)
@@ -200,11 +215,39 @@ class WeightMaskExperiment(Experiment):
             if variant in self.edited:
                 unedited = measured[self.base_variant(variant)]
                 self.add_comparison(section, variant, seeds, unedited, out_dir)
-                checked = self.edited_claims(params, variant, seeds, unedited)
+        values = {variant: self.checked_values(variant, measured) for variant in measured}
+        claims: dict[str, Measured | NotMeasured] = {}
+        for claim_id in self.spec.claims:
+            name, variant = claim_variant(claim_id)
+            if variant not in values:
+                claims[claim_id] = NotMeasured(
+                    f"{variant} is not among this preset's models ({', '.join(params['models'])})")
             else:
-                checked = self.checked_claims(params, variant, seeds)
-            claims += [replace(c, id=f"{c.id}[{variant}]") for c in checked]
-        return {"claims": claims, "sections": sections}
+                claims[claim_id] = values[variant][name]
+        return {"measured": claims, "sections": sections}
+
+    def checked_values(self, variant: str, measured: dict[str, list[dict[str, Any]]]
+                       ) -> dict[str, Measured | NotMeasured]:
+        """``{claim name: its values}`` for ``variant``, each not measured when a base net
+        (for an edited variant: the edited or the unedited one) did not learn the task."""
+        seeds = measured[variant]
+        if variant in self.edited:
+            unedited = measured[self.base_variant(variant)]
+            return guarded(self.edited_values(variant, seeds, unedited),
+                           min(self.base_accuracy(seeds), self.base_accuracy(unedited)),
+                           "exact match on a subtask (edited or not)")
+        return guarded(self.claim_values(variant, seeds), self.base_accuracy(seeds),
+                       "exact match on a subtask")
+
+    def claim_values(self, variant: str, seeds: list[dict[str, Any]]) -> dict[str, Measured]:
+        """The values of ``variant``'s claims (claim name without the variant -> values)."""
+        return self.common_values(seeds)
+
+    def edited_values(self, variant: str, seeds: list[dict[str, Any]],
+                      unedited: list[dict[str, Any]]) -> dict[str, Measured]:
+        """The values of an edited variant's claims (``unedited``: the measures of the nets
+        it edits)."""
+        return self.common_values(seeds)
 
     def sharing_means(self, seeds) -> dict[str, float]:
         """Per weight layer: the shared proportion, mean over the subtask masks and seeds."""
@@ -233,11 +276,6 @@ class WeightMaskExperiment(Experiment):
             ylim=(0, 100), caption=f"Shared proportion of the subtask masks per layer, mean "
                                    f"over the masks and seeds: on the {base} nets and on their "
                                    f"edited copies ({variant}; thesis Fig. B.2 vs Fig. 3.3)."))
-
-    def edited_claims(self, params, variant, seeds, unedited) -> list:
-        """The claims on an edited variant (``unedited``: the measures of the nets it edits),
-        judged only when both the edited and the unedited nets solve every subtask."""
-        return []
 
     def variant_section(self, params, variant, seeds, out_dir) -> dict[str, Any]:
         names = list(self.subsets)
@@ -302,11 +340,6 @@ class WeightMaskExperiment(Experiment):
         """The lowest exact match of the unmasked nets on a subtask."""
         return min(s["accuracy"]["none"][g] for s in seeds for g in self.groups.values())
 
-    def checked_claims(self, params, variant, seeds) -> list:
-        """The claims, or (when a base net did not learn the task) each as not measurable."""
-        return guarded(self.claims(params, variant, seeds), self.base_accuracy(seeds),
-                       "exact match on a subtask")
-
     def extra_tables(self, seeds) -> list[dict[str, Any]]:
         return []
 
@@ -319,64 +352,61 @@ class WeightMaskExperiment(Experiment):
                                    for layer in s["layers"][1:-1]]) for s in seeds]
         return io, hidden
 
-    def common_claims(self, params, seeds) -> list:
+    @staticmethod
+    def accuracy(seeds, mask: str, group: str):
+        """Exact match on ``group`` under ``mask``, per seed."""
+        return per_seed(s["accuracy"][mask][group] for s in seeds)
+
+    @staticmethod
+    def relative(seeds, mask: str, group: str):
+        """Exact match on ``group`` under ``mask`` over the unmasked net's, per seed."""
+        return per_seed(s["accuracy"][mask][group] / max(s["accuracy"]["none"][group], 1e-9)
+                        for s in seeds)
+
+    def common_values(self, seeds) -> dict[str, Measured]:
+        """The claims on accuracy under the full-task, subtask and inverted masks (Tabs
+        3.1/B.1/B.2), for subtasks a and b tested on their groups (``add`` on ``op=add``)."""
         (a, b), (ga, gb) = list(self.subsets), [self.groups[n] for n in self.subsets]
-        acc = lambda mask, group: [s["accuracy"][mask][group] for s in seeds]  # noqa: E731
-        own, other, inv = params["own_min"], params["other_max"], params["inverted_max"]
-        # accuracy relative to the unmasked net (thesis B.3.3: a full-task mask keeps
-        # > 95% of it); the own-subtask masks are held to the same share
-        rel = lambda mask, group: [s["accuracy"][mask][group] / max(s["accuracy"]["none"][group],  # noqa: E731
-                                                                   1e-9) for s in seeds]
-        return [
-            claim("full-mask-keeps-accuracy", "A mask trained on the full task keeps more than "
-                  "95% of the unmasked accuracy (B.3.3).",
-                  {f"none on {g}": acc("none", g) for g in (ga, gb)} |
-                  {f"full/none on {g}": rel("full", g) for g in (ga, gb)},
-                  [at_least(f"full/none on {g}", 0.95) for g in (ga, gb)]),
-            claim("mask-specializes", f"A {a} mask solves {a} (relative to the unmasked net) "
-                  f"but not {b}, and vice versa (Tab. 3.1/B.1).",
-                  {f"{a}/none on {ga}": rel(a, ga), f"{a} on {gb}": acc(a, gb),
-                   f"{b}/none on {gb}": rel(b, gb), f"{b} on {ga}": acc(b, ga)},
-                  [at_least(f"{a}/none on {ga}", own), at_least(f"{b}/none on {gb}", own),
-                   at_most(f"{a} on {gb}", other), at_most(f"{b} on {ga}", other)]),
-            claim("inverted-mask-fails-own", "An inverted mask fails on its own subtask "
-                  "(Tab. 3.1/B.1).", {f"not {a} on {ga}": acc(f"not {a}", ga),
-                                      f"not {b} on {gb}": acc(f"not {b}", gb)},
-                  [at_most(f"not {a} on {ga}", inv), at_most(f"not {b} on {gb}", inv)]),
-        ]
+        acc = lambda mask, group: self.accuracy(seeds, mask, group)  # noqa: E731
+        rel = lambda mask, group: self.relative(seeds, mask, group)  # noqa: E731
+        context = f"exact match on {SPLIT}; X/none: over the unmasked net's"
+        return {
+            "full-mask-keeps-accuracy": Measured(
+                {f"{m} on {g}": acc(m, g) for m in ("none", "full") for g in (ga, gb)}
+                | {f"full/none on {g}": rel("full", g) for g in (ga, gb)}, context),
+            "mask-specializes": Measured(
+                {f"{a} on {ga}": acc(a, ga), f"{a}/none on {ga}": rel(a, ga),
+                 f"{a} on {gb}": acc(a, gb), f"{b} on {gb}": acc(b, gb),
+                 f"{b}/none on {gb}": rel(b, gb), f"{b} on {ga}": acc(b, ga)}, context),
+            "inverted-mask-fails-own": Measured(
+                {f"not {a} on {ga}": acc(f"not {a}", ga), f"not {b} on {gb}": acc(f"not {b}", gb)},
+                f"exact match on {SPLIT}; not X: the weights X's mask removes"),
+            "inverted-mask-keeps-other": Measured(
+                {f"not {a} on {gb}": acc(f"not {a}", gb), f"not {b} on {ga}": acc(f"not {b}", ga),
+                 f"none on {gb}": acc("none", gb), f"none on {ga}": acc("none", ga)},
+                f"exact match on {SPLIT}; not X: the weights X's mask removes; none: unmasked"),
+            "hidden-inversion": Measured(
+                {f"not {m} (hidden) on {g}": acc(f"not {m} (hidden)", g)
+                 for m in (a, b) for g in (ga, gb)},
+                f"exact match on {SPLIT}; not X (hidden): X's mask inverted in the hidden layers, "
+                "the full-task mask on the first and last"),
+            "sharing": Measured(dict(zip(("I/O sharing", "hidden sharing"),
+                                         map(per_seed, self.io_hidden(seeds)))),
+                                "shared proportion of the subtask masks, mean over both masks "
+                                "and over the first and last (I/O) or the other weight layers"),
+        }
 
 
 class AddMul(WeightMaskExperiment):
     name = "masks-add-mul"
-    title = "Weight masks: addition vs multiplication share I/O, specialize inside (Tab. B.1)"
-    description = ("An FNN learns (a op b) mod 100 for op in {+, *}; masks for + and * alone "
-                   "solve their own op, not the other, and their inversions fail on their op.")
+    params_model = AddMulParams
     task, outputs, steps = "add_mul", 2, 3
     subsets = {"add": "add", "mul": "mul"}
     groups = {"add": "op=add", "mul": "op=mul"}
-    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3}
-    presets = {
-        "quick": {**sizes([64, 64], 400, 200, [0], 1e-4, 500), **thresholds,
-                  "models": ["FNN", "LSTM"], "lstm_hidden": 16, "lstm_layers": 1},
-        # the LSTM's steps are cheap and 10,000 left it at 90.6% on multiplication (one seed);
-        # 2 layers as the thesis code; its masks kept 65% of the weights after 2,000 steps
-        "default": {**sizes([400, 400, 200], 10000, 2000, [0, 1, 2], 1e-4, 2000), **thresholds,
-                    "models": ["FNN", "LSTM"], "lstm_hidden": 128, "lstm_layers": 2,
-                    "lstm_base_steps": 20000, "lstm_mask_steps": 6000},
-        # the LSTM: 2 layers of 256 (thesis code, profile add_mul)
-        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 1e-4, 10000), **thresholds,
-                  "models": ["FNN", "LSTM"], "lstm_hidden": 256, "lstm_layers": 2},
-    }
 
     def extra_measures(self, model, task, final) -> dict[str, Any]:
-        data = task.split(SPLIT)
-        confusion = {}
-        for name in ("add", "mul"):
-            with model.use_masks(final[name]):
-                digits = task.predict(model.eval(), SPLIT) - task.digit_ids[0]
-            confusion[name] = wm.op_confusion(data["a"], data["b"], data["op"],
-                                              digits[:, 0] * 10 + digits[:, 1])
-        return {"confusion": confusion}
+        return {"confusion": wm.op_confusion_under_masks(
+            model, task, {name: final[name] for name in ("add", "mul")}, SPLIT)}
 
     def extra_tables(self, seeds):
         rows = [[f"{name} mask", f"{op} inputs", *(format_mean_std(
@@ -385,99 +415,72 @@ class AddMul(WeightMaskExperiment):
         return [{"title": "Operation performed [%] (Fig. 3.2; 2+2 = 2*2 counts for both)",
                  "columns": ["mask", "tested on", *wm.OP_NAMES], "rows": rows}]
 
-    def claims(self, params, variant, seeds):
-        values = {"mul/add kept": [s["kept"]["mul"] / max(s["kept"]["add"], 1) for s in seeds]}
-        performed = {"add performed on mul inputs": [float(s["confusion"]["add"][1, 0])
-                                                     for s in seeds],
-                     "mul performed on mul inputs": [float(s["confusion"]["add"][1, 1])
-                                                     for s in seeds]}
-        none = {"none on mul inputs": [float(s["confusion"]["add"][1, 2]) for s in seeds]}
-        io, hidden = self.io_hidden(seeds)
-        return [*self.common_claims(params, seeds),
-                claim("io-shared-more-than-hidden", "The add and mul masks share more weights "
-                      "in the input/output layers than in the hidden layers (Fig. 3.1).",
-                      {"I/O sharing": io, "hidden sharing": hidden},
-                      [greater_than("I/O sharing", "hidden sharing")]),
-                claim("mul-uses-more-weights", "Multiplication uses more weights than addition "
-                      "(thesis: 3.8x).", values, [greater_than("mul/add kept", 1.0)]),
-                claim("add-mask-adds-mul-inputs", "Under the add mask the FNN adds the inputs "
-                      "of multiplication examples (Fig. 3.2).", performed,
-                      [greater_than("add performed on mul inputs",
-                                    "mul performed on mul inputs")])
-                if variant == "FNN" else
-                claim("add-mask-answers-none", "Under the add mask the LSTM mostly performs "
-                      "neither operation on multiplication examples (Fig. 3.2).",
-                      performed | none, [greater_than("none on mul inputs",
-                                                      "add performed on mul inputs")])]
+    @staticmethod
+    def performed(seeds, mask: str, inputs: str) -> Measured:
+        """Under ``mask``, on the examples of op ``inputs``: the share of answers that are
+        the sum, the product, or neither, per seed."""
+        row = ("add", "mul").index(inputs)
+        return Measured({f"{mask} mask: {op} {'performed ' if op != 'none' else ''}on {inputs} "
+                         "inputs": per_seed(float(s["confusion"][mask][row, column])
+                                            for s in seeds)
+                         for column, op in enumerate(wm.OP_NAMES)},
+                        f"share of the {inputs} examples of {SPLIT} whose answer is a + b, a * b "
+                        "(mod 100) or neither (2+2 = 2*2 counts for both)")
+
+    def claim_values(self, variant, seeds) -> dict[str, Measured]:
+        common = self.common_values(seeds)
+        add_mask, mul_mask = self.performed(seeds, "add", "mul"), self.performed(seeds, "mul", "add")
+        kept = {op: per_seed(s["kept"][op] for s in seeds) for op in ("add", "mul")}
+        return {
+            **{name: common[name] for name in ("full-mask-keeps-accuracy", "mask-specializes",
+                                               "inverted-mask-fails-own")},
+            "inverted-masks-limited-separation": common["inverted-mask-keeps-other"],
+            "io-shared-more-than-hidden": common["sharing"],
+            "mul-uses-more-weights": Measured(
+                {"add kept": kept["add"], "mul kept": kept["mul"],
+                 "mul/add kept": per_seed(s["kept"]["mul"] / max(s["kept"]["add"], 1)
+                                          for s in seeds)},
+                "weights kept by the final add and mul masks, all masked tensors"),
+            "add-mask-adds-mul-inputs": add_mask, "add-mask-answers-none": add_mask,
+            "mul-mask-multiplies-add-inputs": mul_mask, "mul-mask-answers-none": mul_mask,
+        }
 
 
 class DoubleAdd(WeightMaskExperiment):
     name = "masks-double-add"
-    title = "Weight masks: two identical additions do not share weights (Tab. 3.1)"
-    description = ("An FNN (one pass per pair) learns (a+b, c+d) mod 100; a pair's mask "
-                   "solves its pair only, and its inversion keeps the other pair.")
+    params_model = DoubleAddParams
     task, outputs, passes, steps = "double_add", 4, "per_pair", 6
     subsets = {"pair1": "pair1", "pair2": "pair2"}
     groups = {"pair1": "pair=1", "pair2": "pair=2"}
-    # sanity_min: hidden-layer sharing of the FNN sanity masks (App. B.3.1; measured at
-    # 400-400-200, 1 seed: 0.88 and 0.92; at 800-800-400, 2 seeds: 0.94 and 0.95);
-    # sanity_margin: how far above the unedited FNN's (0.43 and 0.64; 0.21 and 0.42) it
-    # must be
-    thresholds = {"own_min": 0.9, "other_max": 0.1, "inverted_max": 0.3, "kept_min": 0.7,
-                  "sanity_min": 0.8, "sanity_margin": 0.2}
     # App. B.3.1: the FNN's nets with pair 1's input and output weights copied onto pair 2's
     edited = {"FNN sanity": ("FNN", "copy_pair_io")}
     edit_text = ("pair 1's input and output weights copied onto pair 2's, so the hidden "
                  "layers cannot tell the pairs apart (thesis App. B.3.1, Fig. B.2).")
-    presets = {
-        "quick": {**sizes([64, 64], 400, 200, [0], 4e-4, 500), **thresholds,
-                  "models": ["FNN", "FNN sanity", "LSTM forced"], "lstm_hidden": 16,
-                  "lstm_layers": 1},
-        # 800-800-400: at 400-400-200 the pair masks share 40-68% of their hidden weights
-        # and an inverted pair mask keeps only 49-59% of the other pair (smaller nets share
-        # more, B.3.3; README); 2 seeds to fit 30 minutes
-        "default": {**sizes([800, 800, 400], 10000, 2000, [0, 1], 4e-4, 2000), **thresholds,
-                    "models": ["FNN", "FNN sanity"], "lstm_hidden": 128, "lstm_layers": 1},
-        # beta 4e-4 is the FNN's (B.3.5); the thesis code's LSTM (sweep tuple_rnn): 2 layers
-        # of 256, beta 1e-4
-        "paper": {**sizes([2000] * 4, 20000, 20000, list(range(10)), 4e-4, 10000), **thresholds,
-                  "models": ["FNN", "FNN sanity", "LSTM", "LSTM forced"], "lstm_hidden": 256,
-                  "lstm_layers": 2, "lstm_beta": 1e-4},
-    }
 
-    def claims(self, params, variant, seeds):
-        keeps = {"not pair1 on pair=2": [s["accuracy"]["not pair1"]["pair=2"] for s in seeds],
-                 "not pair2 on pair=1": [s["accuracy"]["not pair2"]["pair=1"] for s in seeds]}
-        io, hidden = self.io_hidden(seeds)
-        return [*self.common_claims(params, seeds),
-                claim("no-io-sharing", "The pair masks share no weights in the first and last "
-                      "layers and little in the hidden ones (Fig. 3.3).",
-                      {"I/O sharing": io, "hidden sharing": hidden},
-                      [at_most("I/O sharing", 0.05)]),
-                claim("inverted-mask-keeps-other-pair", "Inverting a pair's mask keeps the "
-                      "other pair working (thesis 94/100/96%).", keeps,
-                      [at_least(n, params["kept_min"]) for n in keeps])]
+    def claim_values(self, variant, seeds) -> dict[str, Measured]:
+        common = self.common_values(seeds)
+        return {**{name: common[name] for name in ("full-mask-keeps-accuracy", "mask-specializes",
+                                                   "inverted-mask-fails-own")},
+                "inverted-mask-keeps-other-pair": common["inverted-mask-keeps-other"],
+                "hidden-inversion-separates-pairs": common["hidden-inversion"],
+                "no-io-sharing": common["sharing"]}
 
-    def edited_claims(self, params, variant, seeds, unedited):
+    def edited_values(self, variant, seeds, unedited) -> dict[str, Measured]:
+        common = self.common_values(seeds)
         base = self.base_variant(variant)
         edited, plain = self.sharing_means(seeds), self.sharing_means(unedited)
-        layers = seeds[0]["layers"]
-        hidden = layers[1:-1]
-        values = {f"{variant} {layer}": edited[layer] for layer in hidden} | \
-            {f"{base} {layer}": plain[layer] for layer in hidden} | \
-            {f"{variant} I/O": statistics.mean(self.io_hidden(seeds)[0])}
-        rules = [at_least(f"{variant} {layer}", params["sanity_min"]) for layer in hidden] + \
-            [at_least(f"{variant} {layer}", f"{base} {layer}", params["sanity_margin"])
-             for layer in hidden] + [at_most(f"{variant} I/O", 0.05)]
-        sanity = claim("sanity-sharing-near-total", "With pair 1's input and output weights "
-                       "copied onto pair 2's, the pair masks share almost all of their hidden "
-                       "weights (far more than on the unedited net) and still none in the first "
-                       "and last layers, which hold identical but separate copies (App. B.3.1, "
-                       "Fig. B.2); shared proportions are means over both masks and the seeds.",
-                       values, rules)
-        accuracy = min(self.base_accuracy(seeds), self.base_accuracy(unedited))
-        return guarded([*self.common_claims(params, seeds), sanity], accuracy,
-                       "exact match on a subtask (edited or not)")
+        hidden = seeds[0]["layers"][1:-1]
+        io, hidden_mean = self.io_hidden(seeds)
+        sanity = Measured(
+            {f"{variant} hidden, per layer": [edited[layer] for layer in hidden],
+             f"{base} hidden, per layer": [plain[layer] for layer in hidden],
+             f"{variant} hidden": per_seed(hidden_mean), f"{variant} I/O": per_seed(io)},
+            "shared proportion of the pair masks; per layer: the hidden weight layers "
+            f"({', '.join(hidden)}), mean over both masks and the seeds; {variant} hidden and "
+            "I/O: mean over both masks and those layers (the first and last), per seed")
+        return {**{name: common[name] for name in ("full-mask-keeps-accuracy", "mask-specializes",
+                                                   "inverted-mask-fails-own")},
+                "sanity-sharing-near-total": sanity}
 
 
 register_experiment(AddMul())

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import Field, field_validator
 
+from sglab.analysis import mask_measures as mm
 from sglab.analysis import weight_masks as wm
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, claim, greater_than, less_than
+from sglab.experiments.claims import Measured, per_seed
 from sglab.experiments.masks.weight_masks import base_arm, guarded, mask_arm
 from sglab.experiments.runs import FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
 from sglab.tasks.digits import CLASSES
@@ -31,31 +34,29 @@ SPLIT = "iid_test"
 FIXED = ["output.*"]  # the removal masks' output layer is the control mask's (Sec. 3.4)
 
 
-def cnn_preset(channels, hidden, dropout, base_steps, mask_steps, seeds, removed,
-               beta) -> dict[str, Any]:
-    return {"channels": channels, "pool_every": 1, "hidden": hidden, "dropout": dropout,
-            "base_steps": base_steps, "mask_steps": mask_steps, "seeds": seeds,
-            "removed": removed, "mask_seeds": 2, "beta": beta, "batch": 128,
-            "drop_margin": 0.2, "iou_min": 0.8}
+class ClassRemovalParams(ExperimentParams):
+    channels: list[int]  # the CNN's conv widths, one 3x3 conv each
+    pool_every: int  # a 2x2 max-pool after every this many convs
+    hidden: list[int]  # widths of the hidden linear layers before the output layer
+    dropout: float  # the CNN's dropout
+    base_steps: int  # training steps of each unmasked net
+    mask_steps: int  # training steps of each mask
+    removed: list[int]  # the classes removed, one removal mask per class and net
+    mask_seeds: int = Field(ge=2)  # control masks per net (seeds 0, 1, ...): their IoU
+    beta: float  # mask regularization beta = batch x alpha (B.3.2)
+    batch: int  # batch size of nets and masks
+
+    @field_validator("removed")
+    @classmethod
+    def _classes(cls, removed: list[int]) -> list[int]:
+        if not removed or any(not 0 <= c < CLASSES for c in removed):
+            raise ValueError(f"classes to remove must be among 0-{CLASSES - 1}")
+        return removed
 
 
 class ClassRemoval(Experiment):
     name = "masks-class-removal"
-    title = "Weight masks: removing one class's weights hits that class (Fig. 3.7)"
-    description = ("A CNN learns the 8x8 digits (standing in for CIFAR-10); a mask trained "
-                   "without class c (output layer fixed to the all-class mask) loses far more "
-                   "of c's true positives than of any other class's, and two mask seeds on "
-                   "one net agree.")
-    # beta 1e-2: B.3.3's choice on the default CNN (the control mask keeps 98.9% of the
-    # unmasked accuracy at 1e-2, 100.4% at 1e-3; 1e-4, the thesis' CIFAR value, left the
-    # removed class's TPR almost unchanged without dropout). Dropout 0.25 as in Tab. B.4.
-    presets = {
-        "quick": cnn_preset([4, 8], [16], 0.0, 150, 60, [0], [0, 3], beta=1e-2),
-        "default": cnn_preset([16, 32], [64], 0.25, 1500, 1000, [0, 1, 2],
-                              list(range(CLASSES)), beta=1e-2),
-        "paper": cnn_preset([32, 64, 128], [256], 0.25, 20000, 20000, list(range(10)),
-                            list(range(CLASSES)), beta=1e-2),
-    }
+    params_model = ClassRemovalParams
 
     # ------------------------------------------------------------------ runs
     def model(self, params) -> dict[str, Any]:
@@ -92,27 +93,20 @@ class ClassRemoval(Experiment):
                                                    previous.where(role="mask", mask="full"))]
 
     # ------------------------------------------------------------------ measures
-    def measures(self, masks: dict[str, FinishedRun]) -> dict[str, Any]:
-        """Accuracy and per-class TPR under every mask (and none), predictions, kept
+    @staticmethod
+    def measures(masks: dict[str, FinishedRun]) -> dict[str, Any]:
+        """Accuracy and per-class TPR under every mask (and none), confusions, kept
         weights, and the control masks' IoU."""
         control = masks["full"]
-        model, task = control.model(), control.task
+        model = control.model()
         final = {name: run.model().final_masks() for name, run in masks.items()}
-        ones = {n: torch.ones_like(m) for n, m in final["full"].items()}
-        labels = task.split(SPLIT)["labels"]
-        accuracy, tpr, confusions = {}, {}, {}
-        for name, chosen in {"none": ones, **final}.items():
-            with model.use_masks(chosen):
-                record = task.evaluate(model.eval(), SPLIT, 2000)
-                predictions = task.predict(model.eval(), SPLIT)
-            accuracy[name] = record[f"{SPLIT}/exact_match"]
-            tpr[name] = [record[f"{SPLIT}/tpr/class={c}"] for c in range(CLASSES)]
-            confusions[name] = wm.confusion(predictions, labels, CLASSES)
-        trained = list(masks["full"].model().masked_names)
+        scores = mm.class_scores(model, control.task, SPLIT,
+                                 {"none": mm.all_kept(final["full"]), **final}, CLASSES)
+        trained = list(model.masked_names)
+        first = {n: final["full"][n] for n in trained}
         second = {n: final["full seed 1"][n] for n in trained}
-        return {"accuracy": accuracy, "tpr": tpr, "confusion": confusions,
-                "iou": wm.masks_iou({n: final["full"][n] for n in trained}, second),
-                "iou_layers": wm.per_layer({n: final["full"][n] for n in trained}, second),
+        return {**scores, "iou": wm.masks_iou(first, second),
+                "iou_layers": wm.per_layer(first, second),
                 "kept": {n: wm.count(m) for n, m in final.items()},
                 "weights": sum(m.numel() for m in final["full"].values())}
 
@@ -185,7 +179,7 @@ class ClassRemoval(Experiment):
         section = {"title": "Class removal", "text": text,
                    "tables": [tpr_table, drop_table, where, iou_table, kept_table],
                    "figures": [figure]}
-        return {"claims": self.checked_claims(params, seeds), "sections": [section]}
+        return {"measured": self.measured(params, seeds), "sections": [section]}
 
     @staticmethod
     def mean_drop(seeds, key: str) -> dict[str, float]:
@@ -201,38 +195,42 @@ class ClassRemoval(Experiment):
         return ", ".join(f"{int(c)} (+{100 * float(v):.1f})" for v, c in zip(values, classes)
                          if float(v) > 0) or "-"
 
-    def checked_claims(self, params, seeds) -> list:
+    @staticmethod
+    def measured(params, seeds) -> dict[str, Measured]:
+        """The claims' values: per seed (the means over the removed classes), per removed
+        class (the means over seeds) and per (seed, removed class)."""
         removed = params["removed"]
-        target = [statistics.mean(s["drops"][c]["target"] for c in removed) for s in seeds]
-        others = [statistics.mean(s["drops"][c]["others_mean"] for c in removed) for s in seeds]
         pairs = [(s, c) for s in seeds for c in removed]
-        per_pair = {"removed-class drop per (seed, class)": [s["drops"][c]["target"]
-                                                             for s, c in pairs],
-                    "largest other drop per (seed, class)": [s["drops"][c]["others_max"]
-                                                             for s, c in pairs]}
-        rel = [s["accuracy"]["full"] / max(s["accuracy"]["none"], 1e-9) for s in seeds]
-        claims = [
-            claim("full-mask-keeps-accuracy", "A mask trained on all classes keeps more than 95% "
-                  "of the unmasked accuracy (B.3.3).",
-                  {"none": [s["accuracy"]["none"] for s in seeds], "full/none": rel},
-                  [at_least("full/none", 0.95)]),
-            claim("removed-class-drops-most", "Removing a class's exclusive weights lowers its "
-                  "true-positive rate far more than the other classes' (Fig. 3.7a; thesis: "
-                  f"40-60% for the simple CNN). Margin {params['drop_margin']:g}, means over the "
-                  "removed classes, one value per seed.",
-                  {"removed-class drop": target, "other classes' drop": others},
-                  [greater_than("removed-class drop", "other classes' drop",
-                                params["drop_margin"])]),
-            claim("removed-class-drops-more-than-any-other", "No other class drops as much as "
-                  "the removed one (Fig. 3.7b: largest other drop / removed drop < 1).",
-                  per_pair, [less_than("largest other drop per (seed, class)",
-                                       "removed-class drop per (seed, class)")]),
-            claim("mask-seeds-agree", "Two masks trained with different seeds on one net agree "
-                  f"(IoU; thesis 93.26 ± 0.96%). At least {params['iou_min']:g}.",
-                  {"IoU": [s["iou"] for s in seeds]}, [at_least("IoU", params["iou_min"])]),
-        ]
-        base = min(s["accuracy"]["none"] for s in seeds)
-        return guarded(claims, base, f"accuracy on {SPLIT}")
+        context = (f"relative drop of each class's true-positive rate on {SPLIT} under a mask "
+                   "trained without the removed class, against the control mask")
+        measured = {
+            "full-mask-keeps-accuracy": Measured(
+                {"unmasked": per_seed([s["accuracy"]["none"] for s in seeds]),
+                 "control mask / unmasked": per_seed(
+                     [s["accuracy"]["full"] / max(s["accuracy"]["none"], 1e-9) for s in seeds])},
+                f"accuracy on {SPLIT}"),
+            "removed-class-drops-most": Measured(
+                {"removed-class drop": per_seed([statistics.mean(
+                    s["drops"][c]["target"] for c in removed) for s in seeds]),
+                 "other classes' drop": per_seed([statistics.mean(
+                     s["drops"][c]["others_mean"] for c in removed) for s in seeds]),
+                 "removed-class drop per class": [statistics.mean(
+                     s["drops"][c]["target"] for s in seeds) for c in removed]},
+                f"{context}; per seed the means over the removed classes {removed}, per class "
+                "the mean over seeds"),
+            "removed-class-drops-more-than-any-other": Measured(
+                {"removed-class drop per (seed, class)": [s["drops"][c]["target"]
+                                                          for s, c in pairs],
+                 "largest other drop per (seed, class)": [s["drops"][c]["others_max"]
+                                                          for s, c in pairs]},
+                f"{context}; one entry per seed and removed class {removed}"),
+            "mask-seeds-agree": Measured(
+                {"IoU": per_seed([s["iou"] for s in seeds])},
+                "IoU of the two control masks (mask seeds 0 and 1) on each net, over all "
+                "masked weights"),
+        }
+        return guarded(measured, min(s["accuracy"]["none"] for s in seeds),
+                           f"accuracy on {SPLIT}")
 
 
 register_experiment(ClassRemoval())

@@ -28,13 +28,12 @@ Protocol, as the thesis describes it (line numbers of the thesis text):
   training trained directly on the split's training set, without masks (the standard
   setup of Lake and Baroni), tested on the split's test set.
 
-Claims (patterns, not levels; judged only when the unmasked nets reach 0.9 on the
-``simple`` test set): the full-data mask keeps > 95% of the unmasked accuracy (B.3.3,
-l. 1898); each split's mask is at least ``gap_min`` below the full-data mask on that
-split's test set (Fig. 3.5a); under the add-jump mask I_JUMP loses more of its output
-weights than any other action, by ``jump_margin`` (Fig. 3.5b); the split's mask on the
-IID-trained net scores above the net trained directly on the split (Fig. B.8: "the
-remaining weights still perform significantly better").
+Claims (judged only when the unmasked nets reach 0.9 on the ``simple`` test set): the
+full-data mask keeps > 95% of the unmasked accuracy (B.3.3, l. 1898); each split's mask is
+well below the full-data mask on that split's test set (Fig. 3.5a); under the add-jump mask
+I_JUMP loses almost half of its output weights, more than any other action (Fig. 3.5b); the
+split's mask on the IID-trained net scores above the net trained directly on the split
+(Fig. B.8: "the remaining weights still perform significantly better").
 
 ``network: lstm`` runs the same protocol on the Lake-Baroni LSTM encoder-decoder
 (``lstm_seq2seq``; the net of Fig. 3.5b, l. 703-709): 2 layers, embedding 16, hidden 200,
@@ -46,16 +45,17 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import torch
+from pydantic import field_validator
 
+from sglab.analysis import mask_measures as mm
 from sglab.analysis import weight_masks as wm
-from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, claim, greater_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured, per_seed
 from sglab.experiments.masks.weight_masks import guarded
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
 from sglab.tasks.scan import ACTIONS, FIXED_SPLITS
@@ -65,6 +65,7 @@ FULL = "simple"  # the IID split: its mask is the full-data mask
 JUMP = "addprim_jump"
 OUTPUT = "output.weight"  # the decoder's output layer (tie_embeddings: false)
 TOKENS = (*ACTIONS, EOS)
+VALID_KEEP = 0.95  # B.3.3: a valid full-data mask keeps > 95% of the unmasked accuracy
 
 
 def split_test_set(split: str) -> str:
@@ -72,36 +73,37 @@ def split_test_set(split: str) -> str:
     return "iid_test" if split == FULL else "ood_test"
 
 
-NETWORKS = ("transformer", "lstm")
+class ScanParams(ExperimentParams):
+    network: Literal["transformer", "lstm"]  # which net the protocol runs on
+    model: dict[str, Any]  # the Transformer's model section
+    lstm_model: dict[str, Any]  # the Lake-Baroni LSTM's model section (network: lstm)
+    beta: float  # mask beta for the Transformer (the penalty is beta / batch * sum(l))
+    lstm_beta: float  # mask beta for the LSTM
+    base_steps: int  # training steps of each Transformer net
+    lstm_base_steps: int  # training steps of each LSTM net
+    mask_steps: int  # training steps of each mask
+    batch: int  # batch size of nets and masks
+    splits: list[str]  # the splits masked (and trained directly); simple gives the full mask
+    eval_examples: int | None  # test examples scored (the first of the shuffled set); all
+    base_lr: float  # the nets' Adam learning rate
+    mask_lr: float  # the masks' Adam learning rate
+    grad_clip: float  # gradient clipping (B.3.7: 5)
+    base_schedule: Literal["constant", "cosine"]  # the nets' learning-rate schedule
+    # the masks' train.loss_reduction: row_sum is the authors' code's loss (summed over an
+    # example's target tokens), the loss against which the thesis's beta is set; on
+    # token_mean the same beta weighs the mean target length (15.4 tokens on simple) more
+    mask_loss: Literal["token_mean", "row_sum"] = "token_mean"
+    length_groups: int  # the nets' batches grouped by length into this many groups
 
-
-def scan_preset(d_model, d_ff, n_heads, n_layers, base_steps, mask_steps, batch, seeds,
-                splits, eval_examples, dropout=0.1, base_schedule="constant", beta=1e-3,
-                gap_min=0.2, jump_margin=0.1, lstm_d_model=200, lstm_embedding=16,
-                lstm_dropout=0.5, lstm_beta=3e-5, lstm_base_steps=None,
-                mask_loss="token_mean") -> dict[str, Any]:
-    """``network`` picks the Transformer (``model``, mask ``beta``, ``base_steps``) or the
-    Lake-Baroni LSTM (``lstm_model``, ``lstm_beta``, ``lstm_base_steps``); the LSTM has 2
-    layers and teacher forcing 0.5. ``mask_loss`` is the masks' ``train.loss_reduction``:
-    ``row_sum`` is the authors' code's loss (summed over an example's target tokens), the
-    loss against which the thesis's beta is set; on ``token_mean`` the same beta weighs
-    the mean target length (15.4 tokens on ``simple``) times more."""
-    return {"network": "transformer",
-            "model": {"name": "seq2seq", "d_model": d_model, "d_ff": d_ff,
-                      "n_heads": n_heads, "n_layers": n_layers, "dropout": dropout,
-                      "pos_encoding": "sinusoidal", "tie_embeddings": False},
-            "lstm_model": {"name": "lstm_seq2seq", "d_model": lstm_d_model, "n_layers": 2,
-                           "embedding_width": lstm_embedding, "dropout": lstm_dropout,
-                           "teacher_forcing": 0.5},
-            "lstm_beta": lstm_beta, "lstm_base_steps": lstm_base_steps or base_steps,
-            "base_steps": base_steps, "mask_steps": mask_steps, "batch": batch,
-            "seeds": seeds, "splits": splits, "eval_examples": eval_examples,
-            # thesis B.3.7 (l. 1965): beta 1e-3 for Transformers, mask lr 1e-2, clip 5
-            # (B.3.2: Adam, lr 1e-3 for the net); the penalty is beta / batch * sum(l)
-            "beta": beta, "base_lr": 1e-3, "mask_lr": 1e-2, "grad_clip": 5.0,
-            "base_schedule": base_schedule, "mask_loss": mask_loss,
-            "length_groups": 4, "keep_min": 0.95, "gap_min": gap_min,
-            "jump_margin": jump_margin}
+    @field_validator("splits")
+    @classmethod
+    def _known_splits(cls, splits: list[str]) -> list[str]:
+        unknown = [s for s in splits if s not in FIXED_SPLITS]
+        if unknown or FULL not in splits or len(set(splits)) != len(splits):
+            raise ValueError(f"splits must be distinct names out of {', '.join(FIXED_SPLITS)} "
+                             f"and include {FULL!r} (the full-data mask every split is "
+                             "compared with)")
+        return splits
 
 
 def train_settings(params: dict[str, Any], steps: int, lr: float, evaluations: int,
@@ -150,50 +152,12 @@ def accuracy(seeds: list[dict[str, Any]], split: str, mask: str) -> list[float]:
 
 class ScanMasks(Experiment):
     name = "masks-scan"
-    title = "Weight masks on SCAN: split masks lose their test set, add-jump drops I_JUMP (Fig. 3.5)"
-    description = ("An encoder-decoder Transformer learns the IID SCAN split; a mask trained "
-                   "on a systematic split's training set (add jump, length) loses much of "
-                   "the net's accuracy on that split's test set that the full-data mask "
-                   "keeps, and the add-jump mask removes I_JUMP's output weights.")
-    # default: d 64 (thesis 100), batch 64, 1 seed. The base: 3,500 steps on length-grouped
-    # batches without dropout and with a cosine decay (at constant lr 1e-3 probes oscillated
-    # at 0.6-0.86 exact match after 3,000 steps; this reached 0.99). Masks: 1,000 steps at
-    # beta 1e-4, the largest probed beta and longest probed run whose full-data mask keeps
-    # > 95% of the accuracy (B.3.3's validity rule): 98.6% with 80% of the weights; 2,000
-    # steps kept 72.5%, beta 2.5e-4 71% after 1,000 steps, beta 1e-3 2% (see README).
-    presets = {
-        "quick": scan_preset(16, 32, 2, 1, 60, 20, 32, [0], [FULL, JUMP], 100,
-                             dropout=0.0, lstm_d_model=16, lstm_embedding=8, lstm_dropout=0.0),
-        # network=lstm: 2 x 128 units, no dropout (the thesis's 200 with dropout 0.5 was at
-        # 0.12 after 1,500 steps, this at 0.66), 6,000 steps (3,500 left a net at 0.85);
-        # beta 1e-5 by B.3.3's rule (full-data masks of 1,000 steps on a 3,000-step net at
-        # 0.917: 1e-5 keeps 96.6%, 3e-5 85.8%, 1e-4 64.8%, 3e-4 29.1%; README)
-        "default": scan_preset(64, 128, 4, 3, 3500, 1000, 64, [0], [FULL, JUMP, "length"],
-                               1000, dropout=0.0, base_schedule="cosine", beta=1e-4,
-                               lstm_d_model=128, lstm_dropout=0.0, lstm_beta=1e-5,
-                               lstm_base_steps=6000),
-        # paper: B.3.7's beta 1e-3 (LSTM 3e-5) on the code's loss summed over target tokens
-        "paper": scan_preset(100, 200, 4, 3, 25_000, 25_000, 256, list(range(10)),
-                             list(FIXED_SPLITS), None, mask_loss="row_sum"),
-    }
+    params_model = ScanParams
 
     # ------------------------------------------------------------------ runs
-    @staticmethod
-    def check(params: dict[str, Any]) -> None:
-        if params["network"] not in NETWORKS:
-            raise SglabError(f"masks-scan: network {params['network']!r} is not one of "
-                             f"{', '.join(NETWORKS)}")
-        splits = params["splits"]
-        unknown = [s for s in splits if s not in FIXED_SPLITS]
-        if unknown or FULL not in splits or len(set(splits)) != len(splits):
-            raise SglabError(f"masks-scan: splits {splits} must be distinct names out of "
-                             f"{', '.join(FIXED_SPLITS)} and include {FULL!r} (the "
-                             "full-data mask every split is compared with)")
-
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """The base nets on the ``simple`` training set (masks follow, see :meth:`stages`)
         and, for Fig. B.8, nets trained the same way directly on each other split."""
-        self.check(params)
         model, _, steps = network(params)
         train = train_settings(params, steps, params["base_lr"], 4, params["base_schedule"])
 
@@ -228,30 +192,27 @@ class ScanMasks(Experiment):
         output layer per token."""
         model = masks[FULL].model()
         final = {split: run.model().final_masks() for split, run in masks.items()}
-        ones = {n: torch.ones_like(m) for n, m in final[FULL].items()}
+        ones = mm.all_kept(final[FULL])
         scores = {}
         for split, run in masks.items():
             tried = {"none": ones, "full": final[FULL]}
             if split != FULL:
                 tried["split"] = final[split]
-            test, scores[split] = split_test_set(split), {}
-            for name, chosen in tried.items():
-                with model.use_masks(chosen):
-                    record = run.task.evaluate(model.eval(), test, 512, params["eval_examples"])
-                scores[split][name] = record[f"{test}/exact_match"]
+            test = split_test_set(split)
+            records = mm.evaluate_under_masks(model, run.task, test, tried, 512,
+                                              params["eval_examples"])
+            scores[split] = {name: r[f"{test}/exact_match"] for name, r in records.items()}
             if split in direct:  # the same examples, the net trained on the split (Fig. B.8)
                 net = direct[split]
                 record = net.task.evaluate(net.model().eval(), test, 512, params["eval_examples"])
                 scores[split]["direct"] = record[f"{test}/exact_match"]
         index = masks[FULL].task.vocab.index
-        rows = torch.tensor([index[t] for t in TOKENS])
-        kept = {split: (m[OUTPUT][rows] > 0).float().mean(1).tolist() for split, m in final.items()}
-        removed = {split: wm.removed_per_row(final[FULL][OUTPUT][rows], m[OUTPUT][rows]).tolist()
-                   for split, m in final.items() if split != FULL}
+        rows = mm.output_rows(final[FULL][OUTPUT], {s: m[OUTPUT] for s, m in final.items()},
+                              [index[t] for t in TOKENS], list(TOKENS))
         return {"accuracy": scores, "kept": {s: wm.count(m) for s, m in final.items()},
                 "weights": sum(m.numel() for m in ones.values()),
-                "output_kept": {s: dict(zip(TOKENS, v)) for s, v in kept.items()},
-                "output_removed": {s: dict(zip(TOKENS, v)) for s, v in removed.items()}}
+                "output_kept": rows["kept"],
+                "output_removed": {s: r for s, r in rows["removed"].items() if s != FULL}}
 
     def per_seed(self, params: dict[str, Any], runs: RunSet) -> list[dict[str, Any]]:
         out = []
@@ -327,60 +288,65 @@ class ScanMasks(Experiment):
                 f"{beta:g} on {mask_loss_words(params)}, K = 4. Test sets: {tested}.")
         section = {"title": "SCAN splits under weight masks", "text": text,
                    "tables": [accuracy_table, output_table, kept_table], "figures": figures}
-        return {"claims": self.checked_claims(params, seeds), "sections": [section]}
+        return {"measured": self.measured(params, seeds), "sections": [section]}
 
-    def checked_claims(self, params: dict[str, Any], seeds: list[dict[str, Any]]) -> list:
-        splits = params["splits"]
-        others = [s for s in splits if s != FULL]
+    @staticmethod
+    def measured(params: dict[str, Any], seeds: list[dict[str, Any]]
+                 ) -> dict[str, Measured | NotMeasured]:
+        """The claims' values: per seed, and per (seed, split) for the splits besides
+        simple (seeds outer, splits inner)."""
+        others = [s for s in params["splits"] if s != FULL]
+        pairs = [(i, s) for i in range(len(seeds)) for s in others]
 
-        rel = [f / max(n, 1e-9) for f, n in zip(accuracy(seeds, FULL, "full"), accuracy(seeds, FULL, "none"))]
-        claims = [claim("full-mask-keeps-accuracy", "A mask trained on the full (IID) data keeps "
-                        f"more than {params['keep_min']:.0%} of the unmasked accuracy (B.3.3).",
-                        {"none on simple": accuracy(seeds, FULL, "none"), "full/none on simple": rel},
-                        [at_least("full/none on simple", params["keep_min"])])]
-        gap = ("split-mask-loses-accuracy", "A split's mask loses much accuracy on its test set "
-               "against the full-data mask (Fig. 3.5a); margin "
-               f"{params['gap_min']:g}, one value per seed.")
-        if others and min(rel) < params["keep_min"]:
-            # B.3.3: a mask that no longer solves the full task is not a valid reference; the
-            # split masks, pruned as far, may lose their test set for the same reason
-            claims.append(not_measurable(*gap, f"the full-data mask keeps only {min(rel):.1%} of "
-                                         "the unmasked accuracy on simple (B.3.3's validity "
-                                         f"rule: at least {params['keep_min']:.0%}); a smaller "
-                                         "beta or fewer mask steps"))
-        elif others:
-            claims.append(claim(*gap, {f"{m} mask on {s}": accuracy(seeds, s, k) for s in others
-                                       for m, k in (("full", "full"), (s, "split"))},
-                                [greater_than(f"full mask on {s}", f"{s} mask on {s}",
-                                              params["gap_min"]) for s in others]))
+        def by_pair(mask: str) -> list[float]:
+            return [accuracy(seeds, s, mask)[i] for i, s in pairs]
+
+        def by_split(label: str, mask: str) -> dict[str, Any]:
+            return {f"{label.format(s)} on {s}": per_seed(accuracy(seeds, s, mask))
+                    for s in others}
+
+        tested = (f"exact match on each split's test set; per (seed, split) over seeds "
+                  f"{params['seeds']} and splits {others}")
+        rel = [f / max(n, 1e-9) for f, n in zip(accuracy(seeds, FULL, "full"),
+                                                accuracy(seeds, FULL, "none"))]
+        no_split = NotMeasured("the preset masks no split besides simple")
+        measured: dict[str, Measured | NotMeasured] = {
+            "full-mask-keeps-accuracy": Measured(
+                {"unmasked on simple": per_seed(accuracy(seeds, FULL, "none")),
+                 "full-data mask / unmasked on simple": per_seed(rel)},
+                "exact match on the simple test set")}
+        if not others:
+            measured["split-mask-loses-accuracy"] = no_split
+        elif min(rel) <= VALID_KEEP:
+            # B.3.3: a mask that no longer solves the full task is not a valid reference;
+            # the split masks, pruned as far, may lose their test set for the same reason
+            measured["split-mask-loses-accuracy"] = NotMeasured(
+                f"the full-data mask keeps only {min(rel):.1%} of the unmasked accuracy on "
+                f"simple (B.3.3's validity rule: more than {VALID_KEEP:.0%}); a smaller beta "
+                "or fewer mask steps")
         else:
-            claims.append(not_measurable(*gap, "the preset masks no split besides simple"))
-        jump = ("jump-output-weights-removed", "Under the add-jump mask the output layer loses "
-                "more of I_JUMP's weights (thesis: almost half) than of any other action's, "
-                "relative to the full-data mask (Fig. 3.5b); margin "
-                f"{params['jump_margin']:g}.")
-        if JUMP in splits:
+            measured["split-mask-loses-accuracy"] = Measured(
+                {"full-data mask per (seed, split)": by_pair("full"),
+                 "split mask per (seed, split)": by_pair("split"),
+                 **by_split("full-data mask", "full"), **by_split("{} mask", "split")}, tested)
+        if JUMP in params["splits"]:
             removed = [s["output_removed"][JUMP] for s in seeds]
-            claims.append(claim(*jump, {
-                "I_JUMP removed": [r["I_JUMP"] for r in removed],
-                "largest other action removed": [max(r[a] for a in ACTIONS if a != "I_JUMP")
-                                                 for r in removed]},
-                [greater_than("I_JUMP removed", "largest other action removed",
-                              params["jump_margin"])]))
+            measured["jump-output-weights-removed"] = Measured(
+                {"I_JUMP removed": per_seed([r["I_JUMP"] for r in removed]),
+                 "largest other action removed": per_seed(
+                     [max(r[a] for a in ACTIONS if a != "I_JUMP") for r in removed])},
+                "share of the weights the full-data mask keeps in each action's row of the "
+                "output layer that the add-jump mask removes")
         else:
-            claims.append(not_measurable(*jump, f"the preset has no {JUMP} mask"))
-        pretrained = ("pretraining-beats-direct-training", "A split's mask on the net trained "
-                      "on the IID data scores above a net trained directly on the split's "
-                      "training set (Fig. B.8); one value per seed.")
-        if others:
-            claims.append(claim(*pretrained, {
-                f"{k} on {s}": accuracy(seeds, s, key) for s in others
-                for k, key in (("split mask", "split"), ("trained on the split", "direct"))},
-                [greater_than(f"split mask on {s}", f"trained on the split on {s}")
-                 for s in others]))
-        else:
-            claims.append(not_measurable(*pretrained, "the preset masks no split besides simple"))
-        return guarded(claims, min(accuracy(seeds, FULL, "none")), "exact match on the simple test set")
+            measured["jump-output-weights-removed"] = NotMeasured(
+                f"the preset has no {JUMP} mask")
+        measured["pretraining-beats-direct-training"] = Measured(
+            {"split mask per (seed, split)": by_pair("split"),
+             "trained on the split per (seed, split)": by_pair("direct"),
+             **by_split("{} mask", "split"), **by_split("trained on the split", "direct")},
+            tested) if others else no_split
+        return guarded(measured, min(accuracy(seeds, FULL, "none")),
+                           "exact match on the simple test set")
 
 
 register_experiment(ScanMasks())

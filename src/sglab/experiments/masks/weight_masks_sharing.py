@@ -18,9 +18,10 @@ from typing import Any
 from sglab.analysis import weight_masks as wm
 from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, at_most, claim, greater_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured
 from sglab.experiments.masks.weight_masks import base_arm, guarded, mask_arm
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.registry import register_experiment
 from sglab.report.plots import annotated_heatmap, grouped_bars
 
@@ -52,32 +53,21 @@ def task_config(params: dict[str, Any], subset: str) -> dict[str, Any]:
     return {"name": "add_mul", "subset": subset, "valid_size": params["valid_size"]}
 
 
-def preset(sizes, betas, base_steps, mask_steps, seeds, valid) -> dict[str, Any]:
-    return {"sizes": sizes, "betas": betas, "base_steps": base_steps, "mask_steps": mask_steps,
-            "seeds": seeds, "valid_size": valid, "batch": 128,
-            # B.3.3: a mask is valid while the full-task mask keeps this share of the
-            # unmasked accuracy
-            "keep_min": 0.95,
-            # Fig. B.4 ("not very sensitive to the exact choice of beta"): the full-task
-            # mask stays valid over at least this many grid steps of beta up to the chosen one
-            "valid_range_min": 1}
+class MaskSharingParams(ExperimentParams):
+    sizes: list[list[int]]  # the FNNs' hidden sizes, one net per size and seed
+    betas: list[float]  # the mask regularizers beta, ascending; masks train at each
+    base_steps: int  # training steps of a net (lr 1e-3)
+    mask_steps: int  # training steps of a mask (lr 1e-2)
+    valid_size: int  # examples in the task's validation split
+    batch: int = 128  # batch size of the nets and the masks (thesis B.3.2)
+    # B.3.3: a beta is valid while its full-task mask keeps this share of the unmasked
+    # exact match on both operations (mean over seeds); the largest valid one is chosen
+    keep_min: float = 0.95
 
 
 class MaskSharing(Experiment):
     name = "masks-sharing"
-    title = "Weight masks: add/mul sharing against beta and network size (Figs B.4-B.5)"
-    description = ("FNNs of several sizes learn (a op b) mod 100; add, mul and full-task masks "
-                   "train at several beta. Beta is chosen per size by B.3.3's rule; the add "
-                   "mask's sharing with the mul mask is compared across beta and sizes.")
-    presets = {
-        "quick": preset([[32, 32], [64, 64]], [1e-4, 1e-3], 300, 60, [0], 500),
-        "default": preset([[200, 200, 100], [400, 400, 200], [800, 800, 400]],
-                          [1e-4, 3e-4, 1e-3], 10000, 2000, [0], 2000),
-        # Fig. B.5's sizes: small, medium, big, huge (B.4 shows medium and big); 10 seeds,
-        # 20k steps a phase
-        "paper": preset([[400, 400, 200], [800] * 4, [2000] * 4, [4000] * 4],
-                        [1e-5, 3e-5, 1e-4, 3e-4, 1e-3], 20000, 20000, list(range(10)), 10000),
-    }
+    params_model = MaskSharingParams
 
     def check(self, params: dict[str, Any]) -> None:
         if len(params["sizes"]) < 2 or len(params["betas"]) < 2:
@@ -113,12 +103,10 @@ class MaskSharing(Experiment):
     @staticmethod
     def sharing(add: FinishedRun, mul: FinishedRun) -> dict[str, Any]:
         """Shared proportion of the add and of the mul mask over all weight layers
-        (|M_add ∧ M_mul| / |M_add|, the total of Figs B.4-B.5) and per layer."""
-        final = {"add": add.model().final_masks(), "mul": mul.model().final_masks()}
-        layers = [n for n, m in final["add"].items() if m.dim() >= 2]
-        masks = {op: {n: final[op][n] for n in layers} for op in OPS}
-        return {"total": wm.total_sharing(masks), "layers": wm.sharing_per_layer(masks),
-                "kept": {op: wm.count(masks[op]) for op in OPS}}
+        (|M_add ∧ M_mul| / |M_add|, the total of Figs B.4-B.5) and per layer, and the
+        weights each keeps (:func:`sglab.analysis.weight_masks.mask_set_sharing`)."""
+        return wm.mask_set_sharing({"add": add.model().final_masks(),
+                                    "mul": mul.model().final_masks()})
 
     def cell(self, base: FinishedRun, masks: RunSet) -> dict[str, Any]:
         """One net and one β: the accuracies relative to the unmasked net, sharing, kept."""
@@ -208,7 +196,7 @@ class MaskSharing(Experiment):
                 f"largest beta whose full-task mask keeps >= {100 * params['keep_min']:g}% of "
                 "the unmasked exact match on both operations): "
                 + ", ".join(f"{s} {chosen[s] or 'none'}" for s in sizes) + ".")
-        return {"claims": claims,
+        return {"measured": claims,
                 "sections": [{"title": "Sharing against beta and network size", "text": text,
                               "tables": [table, layer_table], "figures": [heatmap, by_size]}]}
 
@@ -228,53 +216,48 @@ class MaskSharing(Experiment):
                 ms(lambda c: c["kept"]["add"], 0), ms(lambda c: c["kept"]["mul"], 0)]
 
     def claims(self, params, valid: dict[str, list[str]],
-               share: dict[str, dict[str, float]]) -> list:
-        """B.4: beta transfers between sizes and the full-task mask is not very sensitive
-        to it (the authors' plot of Fig. B.4, ``paper/plot_mask_weight_sensivity.py`` in
-        their weight-mask code: accuracy on the y-axis, sharing as the colour); B.5:
-        larger nets share less. A size whose full-task mask fails at every beta is left out
-        (B.3.3 finds no beta for it: the thesis's advice is a net large enough to mask)."""
+               share: dict[str, dict[str, float]]) -> dict[str, Measured | NotMeasured]:
+        """B.4: beta transfers between sizes, and neither the full-task mask's accuracy (the
+        figure's y-axis) nor the add mask's sharing (its colour) is very sensitive to it;
+        B.5: larger nets share less. Values per size are lists in size order, over the sizes
+        with a valid beta (a size whose full-task mask fails at every beta is left out:
+        B.3.3 finds no beta for it, the thesis's advice is a net large enough to mask)."""
         betas = [beta_label(b) for b in params["betas"]]
         usable = [s for s in share if valid[s]]
         skipped = [s for s in share if not valid[s]]
         note = (f"left out, no beta keeps its full-task mask valid: {', '.join(skipped)}"
                 if skipped else "")
-        statements = {
-            "beta-transfers-across-sizes": "The beta chosen by B.3.3's rule transfers between "
-            "network sizes: the sizes' chosen betas lie within one grid step (Fig. B.4).",
-            "accuracy-insensitive-to-beta": "At every size, the full-task mask keeps its "
-            f"accuracy over a range of beta: at least {params['valid_range_min']} grid step(s) "
-            "of valid betas end at the chosen one, so a beta a step smaller is valid too "
-            "(Fig. B.4: the full-task mask's accuracy against beta, 'not very sensitive to the "
-            "exact choice of beta'; the add mask's sharing, the figure's colour, is reported).",
-            "sharing-falls-with-size": "The add mask shares fewer of its weights with the mul "
-            "mask in a larger net, each at its chosen beta (Fig. B.5).",
-        }
+        ids = ["beta-transfers-across-sizes", "accuracy-insensitive-to-beta",
+               "sharing-insensitive-to-beta", "sharing-falls-with-size"]
         if len(usable) < 2:
             reason = f"{len(usable)} size(s) with a valid beta, the comparison needs two" + \
                 (f" ({note})" if note else "")
-            return [not_measurable(i, t, reason) for i, t in statements.items()]
+            return {claim_id: NotMeasured(reason) for claim_id in ids}
         chosen = {s: valid[s][-1] for s in usable}
         steps = [betas.index(chosen[s]) for s in usable]
-        transfer = claim("beta-transfers-across-sizes", statements["beta-transfers-across-sizes"],
-                         {"chosen beta": [chosen[s] for s in usable],
-                          "spread [grid steps]": max(steps) - min(steps)},
-                         [at_most("spread [grid steps]", 1)],
-                         context="sizes " + ", ".join(usable) + (f"; {note}" if note else ""))
-        ranges = {f"{s} valid range [grid steps]": valid_run(betas, valid[s]) for s in usable}
-        spans = {f"{s} add shared, max - min over valid betas":
-                 max(share[s][b] for b in valid[s]) - min(share[s][b] for b in valid[s])
-                 for s in usable}
-        insensitive = claim("accuracy-insensitive-to-beta",
-                            statements["accuracy-insensitive-to-beta"], ranges | spans,
-                            [at_least(name, params["valid_range_min"]) for name in ranges],
-                            context=note)
-        at_choice = {f"{s} add shared": share[s][chosen[s]] for s in usable}
-        names = list(at_choice)
-        falls = claim("sharing-falls-with-size", statements["sharing-falls-with-size"],
-                      at_choice, [greater_than(a, b) for a, b in zip(names, names[1:])],
-                      context=note)
-        return [transfer, insensitive, falls]
+        sizes = {"sizes": usable}
+        context = (f"sizes {', '.join(usable)}, each at the betas its full-task mask keeps >= "
+                   f"{100 * params['keep_min']:g}% of the unmasked exact match (means over "
+                   "seeds)" + (f"; {note}" if note else ""))
+        at_choice = [share[s][chosen[s]] for s in usable]
+        return {
+            "beta-transfers-across-sizes": Measured(
+                sizes | {"chosen beta": [chosen[s] for s in usable],
+                         "spread [grid steps]": max(steps) - min(steps)}, context),
+            "accuracy-insensitive-to-beta": Measured(
+                sizes | {"valid range [grid steps]": [valid_run(betas, valid[s]) for s in usable],
+                         "valid betas": [", ".join(valid[s]) for s in usable]}, context),
+            "sharing-insensitive-to-beta": Measured(
+                sizes | {"add shared, max - min over valid betas":
+                         [max(share[s][b] for b in valid[s]) - min(share[s][b] for b in valid[s])
+                          for s in usable],
+                         "add shared over valid betas": [[share[s][b] for b in valid[s]]
+                                                         for s in usable]}, context),
+            "sharing-falls-with-size": Measured(
+                sizes | {"add shared at the chosen beta": at_choice,
+                         "add shared, smaller net": at_choice[:-1],
+                         "add shared, next larger net": at_choice[1:]}, context),
+        }
 
 
 register_experiment(MaskSharing())

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from sglab.analysis import weight_masks as wm
-from sglab.errors import SglabError
+from pydantic import Field, field_validator
+
+from sglab.analysis import mask_measures as mm
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, claim, greater_than, less_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured, per_seed
 from sglab.experiments.masks.weight_masks import base_arm, guarded, mask_arm
 from sglab.experiments.runs import FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.registry import register_experiment
 from sglab.report.plots import Line, Panel, line_figure
 from sglab.tasks.digits import MNIST_MEAN, MNIST_STD, require_mnist
@@ -39,30 +41,44 @@ from sglab.tasks.digits import SIDE as DIGITS_SIDE
 
 SPLIT = "iid_test"
 FIRST = "layers.0.*"  # reset for every task and never frozen (thesis Sec. 3.2.3)
-FIRST_LAYER = ("reset", "frozen")  # the thesis text's first layer, the authors' code's
 # Mask logit initializations: (new weights, frozen weights); thesis Fig. 3.4 uses one
 # value, Fig. B.7 starts the frozen weights at 2 (P = 0.88) and the new ones at 0 or -1.
 # Variants share the first variant's task 1 and differ from task 2 on.
 VARIANTS = {"uniform 2": (2.0, None), "frozen 2, new 0": (0.0, 2.0),
             "frozen 2, new -1": (-1.0, 2.0)}
+UNIFORM, BIASED = "uniform 2", "frozen 2, new -1"  # Sec. 3.2.3: P 0.88 vs 0.27
 MNIST_DIR = "data/mnist"  # task.data_dir unless --set task.data_dir=PATH
 # pixel / level mean and std of the training images, what standardization uses: the 8x8
 # digits' (pixel / 16) and MNIST's (pixel / 255)
 STANDARDIZE = {"digits": (0.305, 0.376), "mnist": (MNIST_MEAN, MNIST_STD)}
+Variant = Literal["uniform 2", "frozen 2, new 0", "frozen 2, new -1"]
 
 
-def transfer_preset(hidden, base_steps, mask_steps, tasks, seeds, variants, beta=1e-3,
-                    mask_samples=4, init="torch", standardize=False, side=DIGITS_SIDE,
-                    dataset="digits", first_layer="reset") -> dict[str, Any]:
-    """``side``: the 8x8 digits resized (``dataset: digits`` only; MNIST is 28x28).
-    ``first_layer``: ``reset`` for every task and never frozen (thesis Sec. 3.2.3), or
-    ``frozen`` like every other layer (the authors' code, ``tasks/permuted_mnist.py``)."""
-    return {"dataset": dataset, "hidden": hidden, "init": init, "standardize": standardize,
-            "side": side, "first_layer": first_layer,
-            "base_steps": base_steps, "mask_steps": mask_steps,
-            "tasks": tasks, "seeds": seeds, "variants": variants, "beta": beta,
-            "mask_samples": mask_samples, "batch": 128, "sharing_max": 0.2, "free_min": 0.5,
-            "accuracy_share": 0.9}
+class TransferParams(ExperimentParams):
+    # digits: scikit-learn's 8x8, bundled; mnist: read from task.data_dir
+    dataset: Literal["digits", "mnist"]
+    hidden: list[int]  # the FNN's hidden widths
+    init: Literal["torch", "xavier"]  # the FNN's weight init (xavier: the thesis code's)
+    standardize: bool  # standardize the pixel values by the training images' mean and std
+    side: int  # the 8x8 digits resized to side x side (dataset digits only)
+    # reset: the first layer is reset for every task and never frozen (the thesis text);
+    # frozen: frozen like the other layers (the authors' code, tasks/permuted_mnist.py)
+    first_layer: Literal["reset", "frozen"]
+    base_steps: int  # training steps of the unmasked net on permutation 1
+    mask_steps: int  # training steps of each task (masks and free weights)
+    tasks: int = Field(ge=2)  # permutations learned in sequence
+    variants: list[Variant] = Field(min_length=1)  # mask logit inits; the first trains task 1
+    beta: float  # mask regularization beta = batch x alpha (B.3.2)
+    mask_samples: int  # mask samples per batch (K)
+    batch: int  # batch size of the net and the tasks
+    free_min: float  # a hidden layer has free capacity while earlier tasks use less of it
+
+    @field_validator("variants")
+    @classmethod
+    def _distinct(cls, variants: list[str]) -> list[str]:
+        if len(set(variants)) != len(variants):
+            raise ValueError("each mask initialization at most once")
+        return variants
 
 
 def layer_label(index: int, count: int, reset_first: bool) -> str:
@@ -73,23 +89,7 @@ def layer_label(index: int, count: int, reset_first: bool) -> str:
 
 class Transfer(Experiment):
     name = "masks-transfer"
-    title = "Weight masks: little transfer between permuted tasks (Fig. 3.4)"
-    description = ("An FNN learns permuted images (MNIST, or 8x8 digits standing in) one "
-                   "permutation after another, weights "
-                   "and a mask together, the weights of earlier tasks' masks frozen and the "
-                   "first layer free to undo each permutation: a new task's mask shares few "
-                   "weights with the earlier ones while free capacity remains, and the output "
-                   "layer fills up first.")
-    # beta 1e-3: the thesis' alpha 1e-5 at batch 128 (beta = 0.00128); lr 1e-2 for masks and
-    # weights alike (B.3.6); K = 4 mask samples (the thesis uses 8 here, at twice the cost)
-    presets = {
-        "quick": transfer_preset([16, 16, 8], 100, 40, 3, [0], ["uniform 2"]),
-        "default": transfer_preset([256, 256, 32], 1500, 1000, 5, [0, 1, 2], ["uniform 2"]),
-        # permuted MNIST (48k training images) from task.data_dir
-        "paper": transfer_preset([800, 800, 64], 20000, 30000, 11, list(range(10)),
-                                 list(VARIANTS), mask_samples=8, init="xavier",
-                                 standardize=True, dataset="mnist"),
-    }
+    params_model = TransferParams
 
     # ------------------------------------------------------------------ runs
     @staticmethod
@@ -97,9 +97,6 @@ class Transfer(Experiment):
         if params["dataset"] == "mnist":  # the thesis trains on 48k of the 60k images
             return {"name": "digits", "source": "mnist", "data_dir": MNIST_DIR,
                     "valid_fraction": 0.2, "permutation": t}
-        if params["dataset"] != "digits":
-            raise SglabError(f"dataset={params['dataset']!r}: choose digits (scikit-learn's "
-                             "8x8, bundled) or mnist (read from task.data_dir)")
         task = {"name": "digits", "permutation": t}
         if params["side"] != DIGITS_SIDE:  # resized digits (28: MNIST's 784 inputs)
             task["side"] = params["side"]
@@ -156,14 +153,6 @@ class Transfer(Experiment):
                                      self.task(params, t), self.run_seed(seed, t), **model))
         return arms
 
-    def settings(self, params, overrides):
-        """Checks ``first_layer`` before anything trains (the base nets come first)."""
-        if params["first_layer"] not in FIRST_LAYER:
-            raise SglabError(f"first_layer={params['first_layer']!r}: choose reset (every "
-                             "task, never frozen: the thesis text) or frozen (like the other "
-                             "layers: the authors' code)")
-        return super().settings(params, overrides)
-
     @staticmethod
     def unfrozen(params) -> list[str]:
         return [FIRST] if params["first_layer"] == "reset" else []
@@ -181,19 +170,9 @@ class Transfer(Experiment):
         accuracy under each task's own final mask and the unmasked net's."""
         masks = [{n: m for n, m in run.model().final_masks().items() if m.dim() >= 2}
                  for run in runs]
-        layers = list(masks[0])
-        out = {"layers": layers, "sharing": [], "chance": [], "used": [], "density": [],
-               "accuracy": [run.final[f"{SPLIT}/exact_match"] for run in runs],
-               "reference": base.final[f"{SPLIT}/exact_match"]}
-        for t, current in enumerate(masks):
-            earlier = masks[:t]
-            out["sharing"].append({n: wm.transfer_sharing(current[n], [m[n] for m in earlier])
-                                   for n in layers})
-            out["chance"].append({n: wm.used_fraction([m[n] for m in earlier]) for n in layers})
-            out["used"].append({n: wm.used_fraction([m[n] for m in masks[:t + 1]])
-                                for n in layers})
-            out["density"].append({n: float(current[n].float().mean()) for n in layers})
-        return out
+        return {**mm.chain_sharing(masks),
+                "accuracy": [run.final[f"{SPLIT}/exact_match"] for run in runs],
+                "reference": base.final[f"{SPLIT}/exact_match"]}
 
     def per_chain(self, params, runs: RunSet, variant: str) -> list[dict[str, Any]]:
         tasks = range(1, params["tasks"] + 1)
@@ -250,7 +229,7 @@ class Transfer(Experiment):
                 f"weights at lr 1e-2, beta {params['beta']}, K = {params['mask_samples']}.")
         section = {"title": f"Transfer between permuted {images}", "text": text,
                    "tables": tables, "figures": [sharing, capacity]}
-        return {"claims": self.checked_claims(params, chains, layers), "sections": [section]}
+        return {"measured": self.measured(params, chains, layers), "sections": [section]}
 
     @staticmethod
     def task_table(params, variant, chains, layers, names) -> dict[str, Any]:
@@ -273,47 +252,40 @@ class Transfer(Experiment):
                             *(f"used: {names[n]}" for n in layers)],
                 "rows": rows}
 
-    def checked_claims(self, params, chains, layers) -> list:
+    @staticmethod
+    def measured(params, chains, layers) -> dict[str, Measured | NotMeasured]:
         main = chains[params["variants"][0]]
         hidden, output = layers[1:-1], layers[-1]
         free = [c["sharing"][t][n] for c in main for t in range(1, params["tasks"])
                 for n in hidden if c["chance"][t][n] < params["free_min"]]
         last = params["tasks"] - 1
-        ratio = [a / max(c["reference"], 1e-9) for c in main for a in c["accuracy"]]
-        statement = ("While free capacity remains, a new task's mask shares little with the "
-                     f"earlier tasks' masks: < {params['sharing_max']:g} in the hidden layers "
-                     "(thesis Fig. 3.4: < 20%, where full transfer would be 100%). Every task "
-                     "after the first and hidden layer with less than "
-                     f"{params['free_min']:g} of it used before.")
-        claims = [
-            claim("sharing-low-while-capacity-free", statement,
-                  {"sharing per (seed, task, hidden layer)": free},
-                  [less_than("sharing per (seed, task, hidden layer)", params["sharing_max"])])
-            if free else not_measurable("sharing-low-while-capacity-free", statement,
-                                        "no hidden layer has free capacity left"),
-            claim("output-layer-fills-first", "The output layer, the smallest, fills up first "
-                  "(Fig. 3.4): after the last task it has the highest share used of the frozen "
-                  "layers, one value per seed.",
-                  {"output used": [c["used"][last][output] for c in main],
-                   "largest hidden used": [max(c["used"][last][n] for n in hidden)
-                                           for c in main]},
-                  [greater_than("output used", "largest hidden used")]),
-            claim("own-mask-keeps-accuracy", "Each task keeps its accuracy under its own final "
-                  f"mask: at least {params['accuracy_share']:g} of the unmasked net's, per "
-                  "seed and task.", {"masked / unmasked accuracy": ratio},
-                  [at_least("masked / unmasked accuracy", params["accuracy_share"])]),
-        ]
-        biased = "frozen 2, new -1"
-        if biased in chains:
-            claims.append(claim(
-                "biased-init-raises-sharing", "Starting the frozen weights' logits at 2 and the "
-                "new ones at -1 raises sharing (Fig. B.7): mean over tasks after the first and "
-                "the frozen layers, one value per seed.",
-                {"biased": self.mean_sharing(chains[biased], layers[1:]),
-                 "uniform": self.mean_sharing(main, layers[1:])},
-                [greater_than("biased", "uniform")]))
-        reference = min(c["reference"] for c in main)
-        return guarded(claims, reference, f"accuracy on {SPLIT}")
+        variant = f"mask initialization {params['variants'][0]!r}"
+        measured: dict[str, Measured | NotMeasured] = {
+            "sharing-low-while-capacity-free": Measured(
+                {"sharing per (seed, task, hidden layer)": free},
+                f"|M_t ∧ ∪_{{s<t}} M_s| / |M_t| ({variant}), for every seed, task after the "
+                f"first and hidden layer that earlier tasks use less than {params['free_min']:g} "
+                "of") if free else NotMeasured("no hidden layer has free capacity left"),
+            "output-layer-fills-first": Measured(
+                {"output used": per_seed([c["used"][last][output] for c in main]),
+                 "largest hidden used": per_seed([max(c["used"][last][n] for n in hidden)
+                                                  for c in main])},
+                f"share of each layer the masks of all {params['tasks']} tasks use ({variant})"),
+            "own-mask-keeps-accuracy": Measured(
+                {"masked / unmasked accuracy per (seed, task)": [
+                    a / max(c["reference"], 1e-9) for c in main for a in c["accuracy"]]},
+                f"accuracy on {SPLIT} under each task's own final mask over the unmasked "
+                f"net's on permutation 1 ({variant})"),
+            "biased-init-raises-sharing": Measured(
+                {"biased": per_seed(Transfer.mean_sharing(chains[BIASED], layers[1:])),
+                 "uniform": per_seed(Transfer.mean_sharing(chains[UNIFORM], layers[1:]))},
+                f"mean sharing over tasks 2-{params['tasks']} and the layers after the first; "
+                f"biased: {BIASED!r}, uniform: {UNIFORM!r}")
+            if BIASED in chains and UNIFORM in chains else
+            NotMeasured(f"the preset trains no {BIASED!r} and {UNIFORM!r} chains side by side "
+                        "(variants: the paper preset)"),
+        }
+        return guarded(measured, min(c["reference"] for c in main), f"accuracy on {SPLIT}")
 
     @staticmethod
     def mean_sharing(chains, layers) -> list[float]:

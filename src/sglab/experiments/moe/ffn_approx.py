@@ -1,38 +1,27 @@
 """Top-K activation and product-key memory as approximations of the MLP (thesis Tabs. 7.1-7.2).
 
-LMs on the King James Bible as bytes (see moe-lm; ``paper``: WikiText-103 in SentencePiece
-pieces, as the thesis, scored in perplexity) with a dense ReLU MLP, Top-K
-activation (K = d_ff / 16, / 8, / 4; Eqs. 7.6-7.7), and product-key memories (4 heads,
-Eq. 7.8) with ReLU or softmax, sized by value count (n_sub^2 = d_ff) or by parameters
-(n_sub^2 + 4 n_sub <= 2 d_ff). Claims:
-
-1. Top-K at moderate K (d_ff / 8) is no worse than dense (Tab. 7.1, WT-S K = 128: 11.74 vs
-   11.81 ppl), within ``tolerance`` (bpb, or ppl on WikiText-103);
-2. PKM with ReLU beats PKM with softmax (Tab. 7.2, WT-S 12.77 vs 13.96; value count
-   13.32 vs 14.11) and both stay behind dense (11.81);
-3. most units of the dense MLP are inactive (Fig. 7.1: fewer than 200 of 2053, < 10%):
-   mean active units per token at most ``active_fraction`` of d_ff in every layer.
+Presets and claims: ``ffn-approx.yaml``. A dense ReLU MLP, Top-K activation at three K
+(Eqs. 7.6-7.7) and product-key memories (Eq. 7.8) in every layer of the same byte-level LM
+(see moe-lm), and the dense model's active units per token (Fig. 7.1).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from sglab import registry
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_most, claim, greater_than, less_than
-from sglab.experiments.moe.moe_lm import (
-    WIKITEXT103,
-    arm_table,
-    check_lm_data,
-    ffn_flops,
-    ffn_stats,
-    lm_base,
-    metric,
-)
+from sglab.experiments.claims import Measured, per_seed
+from sglab.experiments.moe.moe_lm import arm_table, check_lm_data, ffn_flops, ffn_stats, metric
 from sglab.experiments.runs import Arm, RunSet
+from sglab.experiments.spec import ExperimentParams, RunConfigDict
+
+TOP_K = {div: f"Top-K (K=d_ff/{div})" for div in (16, 8, 4)}  # arm names by d_ff / K
 
 
 def param_matched_subkeys(d_ff: int, heads: int) -> int:
@@ -50,8 +39,8 @@ def variants(d_ff: int, pkm_top_k: int, heads: int = 4) -> dict[str, dict[str, A
 
     dense = {"model.d_ff": d_ff}
     out = {"dense": dense}
-    for div in (16, 8, 4):
-        out[f"Top-K (K=d_ff/{div})"] = {**dense, "model.ffn": "topk", "model.ffn_top_k": d_ff // div}
+    for div, name in TOP_K.items():
+        out[name] = {**dense, "model.ffn": "topk", "model.ffn_top_k": d_ff // div}
     values = math.isqrt(d_ff)
     out["PKM ReLU (value count)"] = pkm(values, "relu")
     out["PKM softmax (value count)"] = pkm(values, "softmax")
@@ -59,26 +48,15 @@ def variants(d_ff: int, pkm_top_k: int, heads: int = 4) -> dict[str, dict[str, A
     return out
 
 
+class FfnApproxParams(ExperimentParams):
+    base: RunConfigDict  # the run config every arm starts from (the MLP's kind aside)
+    d_ff: int = Field(gt=0)  # units of the dense MLP; Top-K keeps d_ff / 16, / 8, / 4
+    pkm_top_k: int = Field(gt=0)  # values each PKM head reads per token
+
+
 class FfnApprox(Experiment):
     name = "ffn-approx"
-    title = "Top-K activation and product-key memory vs the dense MLP (thesis Tabs. 7.1-7.2)"
-    description = __doc__.split("\n\n")[1].replace("\n", " ")
-    presets = {
-        "quick": {"base": lm_base(32, 1, 2, 16, steps=10, batch=8, lr=3e-3, eval_every=10,
-                                  eval_windows=8),
-                  "d_ff": 64, "pkm_top_k": 4, "seeds": [0], "tolerance": 0.02,
-                  "active_fraction": 0.1, "quiet": True},
-        "default": {"base": lm_base(64, 2, 2, 128, steps=800, batch=32, lr=2e-3,
-                                    eval_every=200, eval_windows=512),
-                    "d_ff": 256, "pkm_top_k": 16, "seeds": [0], "tolerance": 0.02,
-                    "active_fraction": 0.1, "quiet": False},
-        # WT-S on WikiText-103: d 412, 16 layers, d_ff 2053 (Top-K 128..512), PKM 4 heads
-        "paper": {"base": lm_base(412, 16, 4, 256, steps=100_000, batch=64, lr=2.5e-4,
-                                  eval_every=5000, eval_windows=2048, threads=None,
-                                  corpus=WIKITEXT103),
-                  "d_ff": 2053, "pkm_top_k": 128, "seeds": [0], "tolerance": 0.02,
-                  "active_fraction": 0.1, "quiet": False},
-    }
+    params_model = FfnApproxParams
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         table = variants(params["d_ff"], params["pkm_top_k"])
@@ -97,28 +75,36 @@ class FfnApprox(Experiment):
     def analyze(self, params: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
         d_ff = params["d_ff"]
         score = metric(runs)
-        scores = {v: g.mean(score) for v, g in runs.group_by("variant").items()}
-        scores["Top-K gap"] = scores["Top-K (K=d_ff/8)"] - scores["dense"]
-        active = [a / d_ff for r in runs.where(variant="dense")
-                  for a in ffn_stats(r)["active_units"]]
-        claims = [
-            claim("topk-moderate-k-matches-dense",
-                  "Top-K activation with moderate K does not hurt (thesis Tab. 7.1).", scores,
-                  [at_most("Top-K gap", params["tolerance"])], context=score,
-                  shown=["dense", "Top-K (K=d_ff/8)", "Top-K gap"]),
-            claim("pkm-relu-beats-softmax-and-trails-dense",
-                  "PKM with ReLU beats PKM with softmax; both are worse than dense (thesis "
-                  "Tab. 7.2).", scores,
-                  [less_than("PKM ReLU (value count)", "PKM softmax (value count)"),
-                   greater_than("PKM ReLU (param-matched)", "dense")], context=score,
-                  shown=["PKM ReLU (value count)", "PKM softmax (value count)",
-                         "PKM ReLU (param-matched)", "dense"]),
-            claim("most-mlp-units-inactive",
-                  "Only a small fraction of the dense MLP's units is active per token (thesis "
-                  "Fig. 7.1: < 200 of 2053).", {"active fraction": active},
-                  [at_most("active fraction", params["active_fraction"])],
-                  context="mean active units / d_ff per layer, 16 iid_valid windows"),
-        ]
+        final = {v: per_seed(g.values(score)) for v, g in runs.group_by("variant").items()}
+
+        def relative_gap(div: int) -> Any:
+            return per_seed((t - d) / d for t, d in zip(final[TOP_K[div]], final["dense"],
+                                                        strict=True))
+
+        dense = runs.where(variant="dense")
+        active = [[a / d_ff for a in ffn_stats(r)["active_units"]] for r in dense]
+        context = f"{score} per seed"
+        measured = {
+            "topk-moderate-k-matches-dense": Measured(
+                {"dense": final["dense"], TOP_K[8]: final[TOP_K[8]], TOP_K[4]: final[TOP_K[4]],
+                 "relative gap (K=d_ff/8)": relative_gap(8),
+                 "relative gap (K=d_ff/4)": relative_gap(4)},
+                f"{context}; relative gap (Top-K − dense) / dense of the same seed"),
+            "topk-improves-dense": Measured(
+                {TOP_K[16]: final[TOP_K[16]], "dense": final["dense"]}, context),
+            "pkm-relu-beats-softmax-and-trails-dense": Measured(
+                {name: final[name] for name in ("PKM ReLU (value count)",
+                                                "PKM softmax (value count)",
+                                                "PKM ReLU (param-matched)", "dense")}, context),
+            "pkm-param-matched-beats-value-count": Measured(
+                {name: final[name] for name in ("PKM ReLU (param-matched)",
+                                                "PKM ReLU (value count)")}, context),
+            "most-mlp-units-inactive": Measured(
+                {"active fraction": [a for seed in active for a in seed],
+                 "mean active fraction": per_seed(statistics.fmean(seed) for seed in active)},
+                "mean active units per token / d_ff of the dense model on 16 iid_valid "
+                "windows, per layer (seeds one after another); its mean over layers per seed"),
+        }
         table = arm_table(runs, "variant", ffn_flops(runs.where(variant="dense")[0]))
         table["columns"].append("active units per layer")
         for row in table["rows"]:
@@ -127,10 +113,11 @@ class FfnApprox(Experiment):
         sections = [{"title": "Approximations of the MLP", "tables": [table],
                      "text": "Top-K is computed densely (a quality probe: it saves only in W2). "
                              "PKM FLOPs: sub-key scores plus the weighted sum of the chosen "
-                             "values; active units of a PKM are its nonzero value weights."}]
-        return {"claims": claims, "sections": sections}
+                             "values; active units of a PKM are its nonzero value weights; "
+                             "active units: first seed."}]
+        return {"measured": measured, "sections": sections}
 
 
 registry.register_experiment(FfnApprox())
 
-__all__ = ["FfnApprox", "param_matched_subkeys", "variants"]
+__all__ = ["FfnApprox", "FfnApproxParams", "param_matched_subkeys", "variants"]

@@ -7,27 +7,15 @@ long (cutoff resplits of Newman et al. 2020; 10% of that pool held out as IID
 validation) and tested on every longer command. EOS is always trained and decoding
 is never told the length (the oracle-length accuracy is logged for analysis only).
 
-Claims:
-
-1. All variants reach ~100% IID validation accuracy (Table 4.3).
-2. At cutoff 26 the relative universal Transformer reaches much higher OOD accuracy
-   than the absolute-position variants (Table 4.4: 1.00 vs 0.30 / 0.21).
-3. Early stopping on IID validation loss keeps a checkpoint with lower OOD accuracy
-   than training to the end (Sec. 4.2.2, Fig. 4.1).
+Claims (``scan-length.yaml``): every variant reaches ~100% IID validation accuracy
+(Table 4.3); relative positions, and the relative universal Transformer most of all,
+generalize to longer outputs (Table 4.1 at cutoffs 26 and 30, Table 4.4 at cutoff 26);
+early stopping on the IID validation loss keeps checkpoints that generalize worse
+(Sec. 4.2.2, Fig. 4.1).
 
 The report also shows loss-vs-accuracy curves per split (Sec. 4.2.2: use accuracy,
 not loss), steps to 80% of the final accuracy (Fig. C.3) and OOD accuracy by output
 length.
-
-Measured at the default preset (1 seed, 8 runs, 2 workers x 1 thread; 33.1 minutes wall
-on the otherwise idle 2-core CPU): all three claims pass. Best IID exact match during
-training was 0.952-0.986 for the absolute variants (6,500 steps; at 3,500 steps they had
-reached only 0.87-0.95) and 0.984-0.998 for the relative ones (3,500 steps). OOD exact
-match at cutoff 26: Transformer 0.13, Universal 0.15, Relative 0.52, Relative Universal
-0.66 (thesis 0.29 / 0.21 / 0.61 / 1.00). IID-loss early stopping kept checkpoints 0.076
-less accurate on OOD on average (lower in 4 runs, higher in 3): the loss comes from the
-relative models; for the absolute ones, whose OOD accuracy only fluctuates around 0.15,
-it made no systematic difference.
 """
 
 from __future__ import annotations
@@ -38,21 +26,21 @@ from typing import Any
 
 from sglab import registry
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import at_least, claim, greater_than
+from sglab.experiments.claims import Measured, NotMeasured, per_seed
 from sglab.experiments.runs import Arm, RunSet
 from sglab.experiments.seq2seq.seq2seq_variants import (
     IID,
     OOD,
     VARIANTS,
+    Seq2SeqParams,
+    Variant,
     best_iid,
     check_variants,
     curves_figure,
-    every_variant_claim,
     group_accuracy_figure,
-    relative_universal_claim,
     selection,
-    seq2seq_base,
     variant_switches,
+    variant_values,
 )
 from sglab.report.plots import coloured_scatter_grid
 
@@ -67,55 +55,20 @@ PAPER_OOD = {
     "Relative Universal": {22: .20, 24: .12, 25: .71, 26: 1.0, 27: 1.0, 28: 1.0, 30: 1.0,
                            32: 1.0, 33: 1.0, 36: 1.0, 40: 1.0},
 }
+# the claims on OOD accuracy at a cutoff (Table 4.1; Table 4.4 at cutoff 26)
+OOD_CLAIMS = {"relative-universal-generalizes-to-longer-outputs": 26,
+              "relative-positions-generalize-at-cutoff-30": 30,
+              "relative-universal-reaches-100-at-cutoff-26": 26}
 
 
-def _base(d_model, d_ff, n_heads, n_layers, steps, batch, eval_every, **train) -> dict[str, Any]:
-    # thesis Table C.1 (SCAN): constant lr 1e-3, gradient clipping at 5
-    return seq2seq_base({"name": "scan", "split": "cutoff_26", "eval_oracle_length": True},
-                        d_model, d_ff, n_heads, n_layers, steps, batch, eval_every, lr=1e-3,
-                        grad_clip=5.0, **train)
+class ScanLengthParams(Seq2SeqParams):
+    cutoffs: list[int]  # SCAN length cutoffs: train on outputs of at most L actions, one arm each
+    variant_steps: dict[Variant, int] = {}  # a variant's own step budget (train.steps otherwise)
 
 
 class ScanLength(Experiment):
     name = "scan-length"
-    title = "SCAN length cutoffs: relative and universal Transformers, and IID model selection"
-    description = (
-        "Thesis chapter 4 (Csordás et al. 2021). Encoder-decoder Transformers with absolute "
-        "or relative (Transformer-XL) positions, with or without shared layers, trained on "
-        "SCAN commands with at most L output actions and tested on all longer ones "
-        "(sequence-level exact match, greedy decoding, EOS trained, no oracle length). "
-        "IID validation: 10% of the commands within the cutoff."
-    )
-    # CPU presets: a d=64 model (1/4 of the paper's width) with batch 64 for a few
-    # thousand steps instead of 50k steps at batch 256. Evaluations during training use
-    # eval_max_examples spread evenly over each split; the last uses all examples.
-    presets = {
-        "quick": {
-            "base": _base(32, 64, 4, 2, steps=60, batch=32, eval_every=20,
-                          eval_max_examples=200, threads=1),
-            "variants": list(VARIANTS), "cutoffs": [26], "seeds": [0], "patience": 5,
-            "iid_threshold": 0.95, "ood_margin": 0.3, "min_early_stop_loss": 0.02,
-            "quiet": True,
-        },
-        "default": {
-            # the absolute-position variants converge more slowly (thesis Fig. C.3): they
-            # get 6,500 steps, the relative ones 3,500
-            "base": _base(64, 128, 4, 3, steps=3500, batch=64, eval_every=100,
-                          eval_max_examples=500, threads=1),
-            "variant_steps": {"Transformer": 6500, "Universal": 6500},
-            "variants": list(VARIANTS), "cutoffs": [26, 30], "seeds": [0], "patience": 5,
-            "iid_threshold": 0.95, "ood_margin": 0.3, "min_early_stop_loss": 0.02,
-            "quiet": False,
-        },
-        "paper": {
-            # thesis Table C.1 (SCAN): d 128, FF 256, 8 heads, 3 layers, batch 256,
-            # lr 1e-3 constant, 50k steps, clip 5, dropout 0.1; 5 seeds; all cutoffs
-            "base": _base(128, 256, 8, 3, steps=50_000, batch=256, eval_every=500),
-            "variants": list(VARIANTS), "cutoffs": [22, 24, 25, 26, 27, 28, 30, 32, 33, 36, 40],
-            "seeds": [0, 1, 2, 3, 4], "patience": 5, "iid_threshold": 0.99, "ood_margin": 0.5,
-            "min_early_stop_loss": 0.02, "quiet": False,
-        },
-    }
+    params_model = ScanLengthParams
 
     # ------------------------------------------------------------------ runs
     def arms(self, params: dict[str, Any]) -> list[Arm]:
@@ -161,36 +114,16 @@ class ScanLength(Experiment):
                              "steps to 80% of final OOD", "thesis OOD (Table 4.1)"],
                  "rows": rows}
 
-        claims = [every_variant_claim(
-            "iid-validation-near-perfect",
-            "All variants reach ~100% accuracy on the IID validation set (thesis Table 4.3), "
-            "so IID validation cannot tell them apart.",
-            {f"{v} @{c}": by_cutoff[c].where(variant=v).mean(best_iid)
-             for v in variants for c in cutoffs}, params["iid_threshold"],
-            context="best IID exact match during training, mean over seeds (final values in "
-                    "the table)")]
-        statement = ("At cutoff 26 the relative universal Transformer reaches much higher OOD "
-                     "accuracy than the absolute-position variants (thesis Table 4.4: 1.00 vs "
-                     "0.30 and 0.21).")
-        ood = ({v: by_cutoff[26].where(variant=v).mean(f"{OOD}/exact_match") for v in variants}
-               if 26 in cutoffs else {})
-        claims.append(relative_universal_claim(
-            "relative-universal-generalizes-to-longer-outputs", statement, ood,
-            params["ood_margin"], context="OOD exact match at cutoff 26, mean over seeds"))
-
-        losses = [s["early"]["final_ood"] - s["early"]["early_stop_ood"]
-                  for s in (selection(r, patience) for r in runs)]
-        claims.append(claim(
-            "iid-early-stopping-loses-ood-accuracy",
-            "Early stopping on the IID validation loss keeps a checkpoint with lower OOD "
-            "accuracy than training to the end (thesis Sec. 4.2.2, Fig. 4.1).",
-            {"mean OOD loss": statistics.mean(losses),
-             "runs that lose": sum(x > 0 for x in losses),
-             "runs that gain": sum(x < 0 for x in losses)},
-            [at_least("mean OOD loss", params["min_early_stop_loss"]),
-             greater_than("runs that lose", "runs that gain")],
-            context=f"patience {patience} evaluations; final minus early-stopped OOD exact "
-                    f"match over {len(runs)} runs"))
+        measured = {
+            "iid-validation-near-perfect": self._at_cutoff(
+                by_cutoff, 26, variants, f"{IID}/exact_match",
+                "IID validation exact match at the end of training, cutoff 26"),
+            **{claim_id: self._at_cutoff(
+                by_cutoff, cutoff, variants, f"{OOD}/exact_match",
+                f"OOD test exact match at the end of training, cutoff {cutoff}")
+               for claim_id, cutoff in OOD_CLAIMS.items()},
+            "iid-early-stopping-loses-ood-accuracy": self._early_stopping(runs, patience),
+        }
 
         sections = [{
             "title": "Accuracy per variant and cutoff", "tables": [table],
@@ -209,7 +142,41 @@ class ScanLength(Experiment):
                     "Final OOD exact match per output length (mean over seeds)."),
             ],
         }, self._selection_section(runs, variants, cutoffs, params, out_dir)]
-        return {"claims": claims, "sections": sections}
+        return {"measured": measured, "sections": sections}
+
+    # ------------------------------------------------------------------ measures
+    @staticmethod
+    def _at_cutoff(by_cutoff: dict[int, RunSet], cutoff: int, variants: list[str], metric: str,
+                   context: str) -> Measured | NotMeasured:
+        """``metric`` per seed of every variant at one cutoff (named by the variant)."""
+        if cutoff not in by_cutoff:
+            return NotMeasured(f"the preset does not run cutoff {cutoff} "
+                               f"(cutoffs: {', '.join(map(str, by_cutoff))})")
+        return variant_values(by_cutoff[cutoff], list(VARIANTS), variants, metric, context)
+
+    @staticmethod
+    def _early_stopping(runs: RunSet, patience: int) -> Measured:
+        """OOD accuracy of the checkpoint IID-loss early stopping keeps against the final one:
+        per seed the mean over variants and cutoffs, and the runs it leaves below half."""
+        def early(run) -> dict[str, Any]:
+            return selection(run, patience)["early"]
+
+        seeds = sorted({r.seed for r in runs})
+        final = [statistics.mean(early(r)["final_ood"] for r in runs if r.seed == s)
+                 for s in seeds]
+        kept = [statistics.mean(early(r)["early_stop_ood"] for r in runs if r.seed == s)
+                for s in seeds]
+        losses = [early(r)["final_ood"] - early(r)["early_stop_ood"] for r in runs]
+        below_half = sum(early(r)["early_stop_ood"] < 0.5 * early(r)["final_ood"] for r in runs)
+        return Measured(
+            {"final OOD": per_seed(final), "early-stopped OOD": per_seed(kept),
+             "runs below half of final": below_half,
+             "runs that lose": sum(x > 0 for x in losses),
+             "runs that gain": sum(x < 0 for x in losses)},
+            f"OOD test exact match at the checkpoint kept by early stopping on the IID "
+            f"validation loss (patience {patience} evaluations) and at the end of training, "
+            f"per seed the mean over its runs (every variant and cutoff); run counts over all "
+            f"{len(runs)} runs")
 
     # ------------------------------------------------------------------ report parts
     @staticmethod

@@ -3,26 +3,25 @@
 Csordás et al. (2021) compare four encoder-decoder Transformers: absolute (sinusoidal)
 or relative (Transformer-XL) positions, with or without one layer shared across depth
 (Universal). The experiments built on them (``scan-length``, ``math-place-value``)
-use the same training settings (thesis Table C.1: Adam with PyTorch defaults, constant
-learning rate, no weight decay, gradient clipping), the same bookkeeping of finished
-runs (simulated IID-loss early stopping, convergence speed, loss-accuracy correlation),
-the same report parts (learning curves, accuracy per example group) and the same
-"relative universal beats the absolute variants" claim.
+share the variant grid and its parameters, the bookkeeping of finished runs (simulated
+IID-loss early stopping, convergence speed, loss-accuracy correlation, values per seed)
+and the report parts (learning curves, accuracy per example group).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sglab.analysis.model_selection import (
     early_stopping_report,
     loss_accuracy_correlation,
     steps_to_fraction,
 )
-from sglab.experiments.legacy_claims import Claim, at_least, claim, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured, PerSeed, per_seed
 from sglab.experiments.runs import FinishedRun, RunSet
+from sglab.experiments.spec import ExperimentParams, RunConfigDict
 from sglab.report.plots import Panel, accuracy_by_group, learning_curves, metric_line
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -31,8 +30,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Relative": {"pos_encoding": "relative", "universal": False},
     "Relative Universal": {"pos_encoding": "relative", "universal": True},
 }
-ABSOLUTE = ("Transformer", "Universal")
+Variant = Literal["Transformer", "Universal", "Relative", "Relative Universal"]
 IID, OOD = "iid_valid", "ood_test"  # the IID validation split and the generalization split
+
+
+class Seq2SeqParams(ExperimentParams):
+    """The parameters both chapter-4 experiments have."""
+
+    base: RunConfigDict  # the run config every arm starts from (the variant switches it)
+    variants: list[Variant]  # the encoder-decoder variants trained, one arm each
+    patience: int  # evaluations without a new best IID loss before early stopping stops
 
 
 def check_variants(variants: Sequence[str]) -> None:
@@ -44,25 +51,6 @@ def check_variants(variants: Sequence[str]) -> None:
 def variant_switches(variant: str) -> dict[str, Any]:
     """The ``model.*`` overrides that select a variant (an arm's grid axes)."""
     return {f"model.{key}": value for key, value in VARIANTS[variant].items()}
-
-
-def seq2seq_base(task: dict[str, Any], d_model, d_ff, n_heads, n_layers, steps, batch,
-                 eval_every, lr=1e-3, dropout=0.1, grad_clip=5.0, eval_max_examples=None,
-                 **train) -> dict[str, Any]:
-    """Base config of a chapter-4 run: the model and the Table C.1 optimizer settings."""
-    return {
-        "task": task,
-        "model": {"name": "seq2seq", "d_model": d_model, "d_ff": d_ff, "n_heads": n_heads,
-                  "n_layers": n_layers, "dropout": dropout, "embedding_scaling": "ped"},
-        # thesis Table C.1: Adam (PyTorch defaults), constant lr, no weight decay,
-        # gradient clipping
-        "train": {"steps": steps, "batch_size": batch, "lr": lr, "lr_schedule": "constant",
-                  "warmup_steps": 0, "betas": [0.9, 0.999], "weight_decay": 0.0,
-                  "grad_clip": grad_clip, "eval_interval": eval_every,
-                  "log_interval": eval_every, "checkpoint_interval": eval_every * 2,
-                  "eval_batch_size": 512, "eval_max_examples": eval_max_examples,
-                  "target_metric": "ood_test/exact_match", **train},
-    }
 
 
 def selection(run: FinishedRun, patience: int) -> dict[str, Any]:
@@ -120,22 +108,18 @@ def group_accuracy_figure(panels: list[tuple[str, RunSet, str, str]], variants: 
         for panel_title, runs, prefix, xlabel in panels], title=title, caption=caption)
 
 
-def relative_universal_claim(id: str, statement: str, accuracy: dict[str, float],
-                             margin: float, context: str) -> Claim:
-    """Relative Universal beats the best absolute-position variant by ``margin``."""
-    absolute = [v for v in ABSOLUTE if v in accuracy]
-    if "Relative Universal" not in accuracy or not absolute:
-        return not_measurable(id, statement, "the preset needs Relative Universal and an "
-                                             "absolute-position variant")
-    values = {**accuracy, "best absolute": max(accuracy[v] for v in absolute)}
-    return claim(id, statement, values, [at_least("Relative Universal", "best absolute", margin)],
-                 context=context)
+def seed_values(runs: RunSet, metric: str | Callable[[FinishedRun], float]) -> PerSeed:
+    """A final metric (or a per-run measure) of each run, in seed order."""
+    return per_seed(RunSet(sorted(runs, key=lambda run: run.seed)).values(metric))
 
 
-def every_variant_claim(id: str, statement: str, accuracy: dict[str, float], threshold: float,
-                        context: str) -> Claim:
-    """Every listed variant's accuracy is at least ``threshold``."""
-    if not accuracy:
-        return not_measurable(id, statement, "the preset has none of the variants")
-    values = {"variants": list(accuracy), "accuracy": list(accuracy.values())}
-    return claim(id, statement, values, [at_least("accuracy", threshold)], context=context)
+def variant_values(runs: RunSet, needed: Sequence[str], variants: Sequence[str],
+                   metric: str | Callable[[FinishedRun], float], context: str
+                   ) -> Measured | NotMeasured:
+    """``metric`` per seed for each of the ``needed`` variants (named by the variant), or
+    why not: a variant the preset does not train."""
+    missing = [v for v in needed if v not in variants]
+    if missing:
+        return NotMeasured(f"the preset does not train {', '.join(missing)} "
+                           f"(variants: {', '.join(variants)})")
+    return Measured({v: seed_values(runs.where(variant=v), metric) for v in needed}, context)

@@ -27,28 +27,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from sglab import registry
-from sglab.analysis.hooks import capture
-from sglab.analysis.topics import (
-    ATTENTION_CLASSES,
-    attention_statistics,
-    topic_attention_ratios,
-    topic_block_statistics,
+from sglab.analysis.topic_models import (
+    attention_class_statistics,
+    topic_attention_summary,
+    word_value_matrix,
 )
+from sglab.analysis.topics import ATTENTION_CLASSES, topic_block_statistics
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import (
-    all_of,
-    any_of,
-    at_most,
-    claim,
-    greater_than,
-    less_than,
-)
+from sglab.experiments.claims import Measured, NotMeasured, per_seed
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, format_mean_std
+from sglab.experiments.spec import ExperimentParams
 from sglab.experiments.topics.topics_training import (
     NORM_NAMES,
     embedding_gram,
@@ -58,7 +52,7 @@ from sglab.experiments.topics.topics_training import (
 from sglab.report.plots import heatmap_grid
 from sglab.tasks.topics import word_topics
 
-# The seed's attention table (one-hot embeddings, synthetic LDA data), for comparison.
+# The seed's attention table (one-hot embeddings, synthetic LDA data), shown beside ours.
 PAPER_TABLE = {
     ("adamw", 0.003): ("0.00759 ± 0.00171", "0.0108 ± 0.000657", "0.00689 ± 0.000160"),
     ("adamw", 0.01): ("0.00811 ± 0.000705", "0.010 ± 0.000392", "0.00707 ± 0.000178"),
@@ -66,70 +60,66 @@ PAPER_TABLE = {
     ("sgd", 0.01): ("0.0105", "0.0106", "0.00673"),
     ("sgd", 0.03): ("0.0140 ± 0.00158", "0.0103 ± 0.000357", "0.00641 ± 0.0000239"),
 }
-OPTIMIZER_GRID = [["adamw", 0.003], ["adamw", 0.01], ["adamw", 0.03], ["sgd", 0.01], ["sgd", 0.03]]
+#: Names of the attention classes in the claims (the seed's table columns).
+CLASS_NAMES = {"same_word": "same word", "same_topic_different_word": "same topic, different word",
+               "different_topic": "different topic"}
+
+Optimizer = tuple[Literal["adamw", "sgd"], float]
 
 
 def optimizer_label(optimizer: str, lr: float) -> str:
     return f"{'Adam' if optimizer == 'adamw' else 'SGD'} {lr:g}"
 
 
-def _preset(*, length: int, attention_steps: int, sgd_steps: int, theory_steps: int,
-            embedding_steps: int, batch: int, seeds: list[int],
-            eval_documents: int, attention_documents: int, norm_interval: int,
-            least_squares_documents: int, embedding_dim: int, quiet: bool,
-            two_stage_steps: int, theory_length: int | None = None,
-            init_gamma: float = 1.5) -> dict[str, Any]:
-    return {
-        "task": {"name": "topics", "n_topics": 10, "words_per_topic": 10,
-                 "min_length": length, "max_length": length, "mask_probability": 0.15,
-                 "keep_probability": 0.1, "random_probability": 0.1,
-                 "mixture": "dirichlet", "dirichlet_alpha": 0.1,
-                 "eval_documents": eval_documents},
-        "theory_task": {"mixture": "uniform_subset", "topics_per_document": 2},
-        "batch_size": batch, "seeds": seeds,
-        "embedding_dim": embedding_dim, "embedding_steps": embedding_steps,
-        "attention_steps": attention_steps, "sgd_steps": sgd_steps,
-        "theory_steps": theory_steps, "theory_length": theory_length or length,
-        "optimizers": OPTIMIZER_GRID, "reference_optimizer": ["adamw", 0.01],
-        "two_stage_optimizer": ["sgd", 3.0], "two_stage_steps": two_stage_steps,
-        "init_gamma": init_gamma, "norm_interval": norm_interval,
-        "attention_documents": attention_documents, "reference_length": length,
-        "least_squares_documents": least_squares_documents,
-        "theory_tolerance": 0.05, "quiet": quiet,
-    }
+class TopicTask(BaseModel):
+    """The task section of every run (the ``topics`` task's fields the presets set)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["topics"]
+    n_topics: int  # T topics
+    words_per_topic: int  # v words per topic (disjoint)
+    min_length: int  # document length range (words)
+    max_length: int
+    mask_probability: float  # p_m: positions selected for the MLM loss
+    keep_probability: float  # p_c: a selected position keeps its word
+    random_probability: float  # p_r: a selected position shows a random word
+    mixture: str  # how a document's topics are drawn (dirichlet: LDA)
+    dirichlet_alpha: float  # the LDA prior per topic
+    eval_documents: int  # held-out documents per split
+
+
+class TheoryTask(BaseModel):
+    """Task fields replaced in the theory runs (the generator of the theorems)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mixture: str  # uniform_subset: tau distinct topics, uniform over their words
+    topics_per_document: int  # tau
+
+
+class TopicsParams(ExperimentParams):
+    task: TopicTask  # the task of every run
+    theory_task: TheoryTask  # what the theory runs change in it
+    batch_size: int  # documents per batch, every run
+    embedding_dim: int  # width of the learned embeddings (embedding, theory-embedding runs)
+    embedding_steps: int  # steps of the embedding runs
+    attention_steps: int  # steps of the Adam attention runs
+    sgd_steps: int  # steps of the SGD attention runs of the table
+    theory_steps: int  # steps of the theory runs
+    theory_length: int  # document length of the theory runs
+    optimizers: list[Optimizer]  # the attention table's rows: (optimizer, learning rate)
+    reference_optimizer: Optimizer  # the attention run whose W_V and attention are claimed
+    two_stage_optimizer: Optimizer  # the attention run of the weight-norm curves
+    two_stage_steps: int  # its steps
+    init_gamma: float  # init std d^-gamma of every weight (small: the two-stage regime)
+    norm_interval: int  # evaluation (and weight-norm logging) interval of the attention runs
+    attention_documents: int  # held-out documents the attention statistics average over
+    reference_length: int  # words per document read; attention rescaled to 1/this uniform
+    least_squares_documents: int  # documents of the finite least-squares fit (theory table)
 
 
 class Topics(Experiment):
     name = "topics"
-    title = "How transformers learn topic structure: embeddings, attention and two-stage training"
-    description = (
-        "Li, Li & Risteski (ICML 2023). Masked language modelling (p_m = 0.15, p_c = p_r = 0.1) "
-        "on topic-model documents with 10 topics of 10 words. One-layer, one-head encoder "
-        "f(X) = W_E^T (W_V W_E X) Attn(W_E X) + b without FFN, LayerNorm, residual or W_O. "
-        "Embedding Gram matrix, value matrix and attention statistics on held-out documents, "
-        "weight-norm dynamics, and the block gap predicted by the theory."
-    )
-    presets = {
-        # about 10 seconds: every run and every report part, too short for the claims
-        "quick": _preset(length=40, attention_steps=60, sgd_steps=60, theory_steps=60,
-                         embedding_steps=60, two_stage_steps=60, batch=16, seeds=[0],
-                         eval_documents=64, attention_documents=64, norm_interval=10,
-                         least_squares_documents=2000, embedding_dim=16, quiet=True),
-        # CPU: 100-word documents (the paper's are 100-150), fresh documents every batch,
-        # batch 32 (paper 40), 1,000-1,500 steps instead of up to 20 epochs (5,000 steps);
-        # 27 runs, about 5 minutes with 2 workers x 1 thread on 2 otherwise idle cores
-        "default": _preset(length=100, attention_steps=1000, sgd_steps=1000, theory_steps=1500,
-                           embedding_steps=1500, two_stage_steps=1500, batch=32, seeds=[0, 1, 2],
-                           eval_documents=500,
-                           attention_documents=500, norm_interval=25,
-                           least_squares_documents=20000, embedding_dim=32, quiet=False),
-        # the authors' demo sizes: batch 40, 20 epochs of 10,000 documents = 5,000 steps
-        "paper": _preset(length=100, attention_steps=5000, sgd_steps=5000, theory_steps=5000,
-                         embedding_steps=5000, two_stage_steps=5000, batch=40, seeds=[0, 1, 2, 3, 4],
-                         eval_documents=500,
-                         attention_documents=500, norm_interval=25,
-                         least_squares_documents=50000, embedding_dim=104, quiet=False),
-    }
+    params_model = TopicsParams
 
     # ------------------------------------------------------------------ runs
     @staticmethod
@@ -205,9 +195,12 @@ class Topics(Experiment):
             attention.where(optimizer=reference), measured, out_dir)
         theory, theory_claim = theory_section(runs.where(family="theory-value"),
                                               runs.where(family="theory-embedding"), params)
-        return {"claims": [embedding_claim, value_claim, stage_claim, theory_claim, table_claim],
-                "sections": [embedding_section, attention_section, norms_section,
-                             theory]}
+        return {"measured": {"embeddings-block-structure": embedding_claim,
+                             "one-hot-value-and-attention-topic-structure": value_claim,
+                             "two-stage-training": stage_claim,
+                             "theory-block-gap": theory_claim,
+                             "attention-table": table_claim},
+                "sections": [embedding_section, attention_section, norms_section, theory]}
 
     # --- (a) embedding Gram matrix
     def _embeddings(self, runs: RunSet, out_dir: Path):
@@ -219,22 +212,11 @@ class Topics(Experiment):
                               cmap="RdBu_r", symmetric=True, title="embedding Gram matrix",
                               caption="E = W_E^T W_E over the 100 words, ordered by topic.",
                               cell_size=4.0)
-        values = {"seeds": [r.seed for r in runs],
-                  "same": [s["same_topic"] for s in stats],
-                  "different": [s["different_topic"] for s in stats],
-                  "gap": [s["gap"] for s in stats], "ratio": [s["ratio"] for s in stats]}
-        result = claim(
-            "embeddings-block-structure",
-            "Trained embeddings have block structure: the dot product of two words' embeddings "
-            "is larger when they belong to the same topic than when they belong to different "
-            "topics.",
-            values,
-            [greater_than("gap", 0.0),
-             any_of(greater_than("ratio", 1.0),
-                    all_of(at_most("different", 0.0), greater_than("same", 0.0)))],
-            context="mean Gram entry over same-topic and different-topic pairs of distinct "
-                    "words, per seed (a ratio means nothing when different ≤ 0)",
-        )
+        result = Measured(
+            {"same-topic": per_seed(s["same_topic"] for s in stats),
+             "different-topic": per_seed(s["different_topic"] for s in stats)},
+            "mean Gram entry <e_i, e_j> over same-topic and different-topic pairs of distinct "
+            "words; all weights trained (cross-entropy, Adam 0.01)")
         section = {
             "title": "Embeddings (all weights trained)",
             "text": "Gram matrix of the learned word embeddings, words ordered by topic "
@@ -254,25 +236,16 @@ class Topics(Experiment):
         docs = task.documents["iid_test"]
         n, length = params["attention_documents"], params["reference_length"]
         tokens, real = docs.tokens[:n, :length], docs.real[:n, :length]
-        patterns = capture(model, ["blocks.*.attn.pattern"], tokens, key_padding_mask=real)
-        measure: dict[str, Any] = {"attention": {
-            layer: attention_statistics(patterns[f"blocks.{layer}.attn.pattern"], tokens,
-                                        task.topic_of, real, reference_length=length)
-            for layer in range(run.config.model.n_layers)}}
-        words = task.word_ids
-        measure["value"] = model.blocks[0].attn.weight_views()["W_V"].detach()[words][:, words].numpy()
-        measure["value_stats"] = topic_block_statistics(measure["value"], word_topics(task))
-        head = measure["attention"][0]
-        c1, c2, c3 = (float(head[k][0]) for k in ATTENTION_CLASSES)
-        n1, n2 = (int(x) for x in head["pairs"][:2])
-        measure["same_topic"] = (c1 * n1 + c2 * n2) / max(n1 + n2, 1)
-        measure["different_topic"] = c3
-        measure["ratios"] = topic_attention_ratios(c1, c2, c3, task.config.words_per_topic)
-        return measure
+        attention = attention_class_statistics(model, tokens, real, task.topic_of, length)
+        value = word_value_matrix(model, task.word_ids)
+        summary = topic_attention_summary(attention[0], task.config.words_per_topic)
+        return {"attention": attention, "value": value,
+                "value_stats": topic_block_statistics(value, word_topics(task)), **summary}
 
     def _attention(self, runs: RunSet, measured: dict, reference: str, params, out_dir):
         uniform = 1.0 / params["reference_length"]
-        rows, paper_rows, adam_cells = [], [], []
+        rows, paper_rows, row_means = [], [], {}
+        per_row: dict[str, list] = {}
         for (optimizer, lr), label in ((tuple(x), optimizer_label(*x)) for x in params["optimizers"]):
             group = [measured[r.run_id] for r in runs.where(optimizer=label)]
             cells = [[float(m["attention"][0][k][0]) for m in group] for k in ATTENTION_CLASSES]
@@ -280,41 +253,19 @@ class Topics(Experiment):
                          format_mean_std([m["ratios"]["weighted"] for m in group], 3,
                                          significant=True), len(group)])
             paper_rows.append([label, *PAPER_TABLE.get((optimizer, lr), ("-", "-", "-"))])
-            if optimizer == "adamw":
-                adam_cells.append((label, cells))
+            row_means[label] = [float(np.mean(c)) for c in cells]
+            per_row[label] = cells
         ref_runs = runs.where(optimizer=reference)
         ref = [measured[r.run_id] for r in ref_runs]
-        value_claim = claim(
-            "one-hot-value-and-attention-topic-structure",
-            "With one-hot embeddings, the value matrix learns topic blocks (same-topic entries "
-            "above different-topic ones), and attention puts more weight on same-topic words "
-            "than on different-topic words.",
-            {"seeds": [r.seed for r in ref_runs],
-             "W_V same": [m["value_stats"]["same_topic"] for m in ref],
-             "W_V different": [m["value_stats"]["different_topic"] for m in ref],
-             "attention same-topic": [m["same_topic"] for m in ref],
-             "attention different-topic": [m["different_topic"] for m in ref]},
-            [greater_than("W_V same", "W_V different"),
-             greater_than("attention same-topic", "attention different-topic")],
-            context=f"{reference}, per seed; attention × L/{params['reference_length']}, "
-                    f"uniform = {uniform:g}",
-        )
-        table_claim = claim(
-            "attention-table",
-            "Attention table (Adam 0.003/0.01/0.03, SGD 0.01/0.03): the average different-topic "
-            "attention is below uniform and the same-topic-different-word attention above it.",
-            {"Adam rows": [label for label, _ in adam_cells], "uniform": uniform,
-             "different-topic": [float(np.mean(c[2])) for _, c in adam_cells],
-             "same-topic-different-word": [float(np.mean(c[1])) for _, c in adam_cells]},
-            [less_than("different-topic", "uniform"),
-             greater_than("same-topic-different-word", "uniform")],
-            context="; ".join(f"{row[0]}: same word {row[1]}, same topic {row[2]}, different "
-                              f"topic {row[3]}" for row in rows)
-            + ". The rule covers the Adam rows; the SGD rows are reported: at lr 0.01-0.03 "
-              "with cross-entropy, SGD moves W_Q and W_K (which start near 0 and whose "
-              "gradients are proportional to each other) very slowly, so at this step budget "
-              "their attention can still be uniform",
-        )
+        value_claim = Measured(
+            {"W_V same-topic": per_seed(m["value_stats"]["same_topic"] for m in ref),
+             "W_V different-topic": per_seed(m["value_stats"]["different_topic"] for m in ref),
+             "attention same-topic": per_seed(m["same_topic"] for m in ref),
+             "attention different-topic": per_seed(m["different_topic"] for m in ref)},
+            f"{reference}, one-hot embeddings; W_V block means over distinct words; attention "
+            f"× keys/{params['reference_length']} (uniform = {uniform:g}), same-topic = "
+            "same-word and same-topic-different-word pairs pooled")
+        table_claim = self._table_measurement(params, per_row, row_means, uniform)
         first_run = ref_runs[0] if len(ref_runs) else runs[0]
         figure = heatmap_grid(out_dir, "value_matrix",
                               [[(f"W_V ({reference}, seed {first_run.seed})",
@@ -350,6 +301,28 @@ class Topics(Experiment):
             "figures": [figure],
         }
         return section, value_claim, table_claim
+
+    @staticmethod
+    def _table_measurement(params, per_row: dict[str, list], row_means: dict[str, list],
+                           uniform: float) -> Measured | NotMeasured:
+        """Every row of the seed's table: its three attention classes per seed (the values
+        the seed's numbers refer to) and, for the rules, their means row by row."""
+        missing = [optimizer_label(*key) for key in PAPER_TABLE if optimizer_label(*key)
+                   not in per_row]
+        if missing:
+            return NotMeasured(f"the preset's optimizers leave out rows of the seed's table: "
+                               f"{', '.join(missing)}")
+        values: dict[str, Any] = {
+            name: [row_means[label][c] for label in per_row]
+            for c, name in enumerate(CLASS_NAMES.values())}
+        values["uniform"] = uniform
+        for label, cells in per_row.items():
+            for name, cell in zip(CLASS_NAMES.values(), cells):
+                values[f"{label}: {name}"] = per_seed(cell)
+        return Measured(values, f"rows {', '.join(per_row)}; attention × keys/"
+                                f"{params['reference_length']} (uniform = {uniform:g}), "
+                                "one-hot embeddings, cross-entropy")
+
 
 def _ratio_text(ratio: float) -> str:
     return "n/a (different ≤ 0)" if math.isnan(ratio) else f"{ratio:.3f}"

@@ -10,11 +10,12 @@ product and attention weight, with topic overlap forbidden (``none``) and allowe
 
 from __future__ import annotations
 
-import statistics
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from sglab import registry
 from sglab.analysis.corpus import read_corpus
@@ -29,10 +30,13 @@ from sglab.analysis.pretrained import (
 from sglab.analysis.topic_words import fit_lda, select_topic_words
 from sglab.errors import SglabError
 from sglab.experiments.base import Experiment
-from sglab.experiments.legacy_claims import abs_at_most, claim, greater_than, less_than, not_measurable
+from sglab.experiments.claims import Measured, NotMeasured, format_value, per_seed
 from sglab.experiments.runs import Arm, RunSet
+from sglab.experiments.spec import ExperimentParams
 from sglab.experiments.topics.topics_pretrained_settings import (
     MODES,
+    SEED_BERT,
+    PresetSettings,
     PretrainedSettings,
     apply_settings,
     comparison_tables,
@@ -42,43 +46,29 @@ from sglab.report.plots import annotated_heatmap, heatmap_grid, word_lists
 LARGE_VOCABULARY = 50_000  # below it, f = 0.0005 keeps a handful of words per topic
 
 
-def _preset(corpus: dict, model: dict, n_topics: int, fractions: list[float], random_inits: list[int],
-            passages: int | None, random_init_passages: int, quiet: bool) -> dict[str, Any]:
-    return {"settings": {
-        "corpus": corpus, "model": {**model, "random_inits": random_inits},
-        "lda": {"n_topics": n_topics}, "topic_words": {"fractions": fractions},
-        "statistics": {"passages": passages, "random_init_passages": random_init_passages},
-        "quiet": quiet}}
+class TopicsPretrainedParams(ExperimentParams):
+    seeds: list[int] = Field(min_length=1)  # seeds of the random-init controls (nothing trains)
+    settings: PresetSettings  # corpus, LDA, topic words, model, statistics (settings module)
 
 
 class TopicsPretrained(Experiment):
     name = "topics-pretrained"
-    title = "Topic structure in pretrained BERT-family models on Wikipedia text"
-    description = (
-        "Li, Li & Risteski (ICML 2023), Wikipedia experiment. LDA (gensim, counts, 6 passes) on "
-        "120-token passages; per topic the top int(V*f)+1 words by P(word | topic) kept whole by "
-        "the tokenizer; same-topic / different-topic ratios of embedding cosine and dot product "
-        "(pairs of distinct words, 200-permutation p-values) and of attention weight (whole-word "
-        "pairs in 128-token windows, same-word pairs excluded, pooled over layers and heads, "
-        "bootstrap 95% interval over passages), for a pretrained encoder and random-init copies."
-    )
-    presets = {
-        # about a minute: 300 passages, 10 topics, one f, one random init
-        "quick": _preset({"name": "wiki-excerpt", "max_passages": 300}, {"name": "minilm-l6"}, 10,
-                         [0.002], [0], None, 150, True),
-        # the whole gensim excerpt (3,813 passages); about 8 minutes on one thread
-        "default": _preset({"name": "wiki-excerpt"}, {"name": "minilm-l6"}, 20,
-                           [0.0005, 0.001, 0.002, 0.005], [0, 1, 2], None, 500, False),
-        # the seed's sizes: set corpus.path (a Wikipedia dump) and model.path (BERT;
-        # model.others.NAME=PATH for ALBERT, BART, ELECTRA, RoBERTa)
-        "paper": _preset({}, {}, 100, [0.0005, 0.001, 0.002], [0, 1, 2], 5000, 1000, False),
-    }
+    params_model = TopicsPretrainedParams
 
-    def settings(self, params, overrides):
-        if "seeds" in params:
+    def preset(self, name: str, seeds: int | None = None,
+               changes: list[str] | None = None) -> dict[str, Any]:
+        if seeds is not None:
             raise SglabError(f"--seeds has no effect on {self.name!r} (it trains nothing); set the "
                              "random-init controls with --set model.random_inits=[0,1,2]")
-        return {**params, "settings": apply_settings(params["settings"], overrides)}, []
+        return super().preset(name, changes=changes)
+
+    def settings(self, params, overrides):
+        """The preset's seeds are the random-init controls (``model.random_inits``, which
+        ``--set`` may change); the settings are checked in full once ``--set`` is applied."""
+        preset = {**params["settings"],
+                  "model": {**params["settings"]["model"], "random_inits": params["seeds"]}}
+        settings = apply_settings(preset, overrides)
+        return {**params, "seeds": settings["model"]["random_inits"], "settings": settings}, []
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         return []  # analysis only: nothing to train
@@ -158,7 +148,8 @@ class TopicsPretrained(Experiment):
                     f"{s.statistics.reference_length}; trained model on {ours['passages']} passages, "
                     f"random inits on {next(iter(controls.values()))['passages'] if controls else 0}.",
             "tables": tables, "figures": self._figures(s, lda, word_sets, label, ours, controls, out_dir)}
-        return {"claims": self._claims(s, lda, ours, controls), "sections": [section]}
+        return {"measured": measurements(s.topic_words.fractions, lda.vocabulary_size, ours,
+                                         controls), "sections": [section]}
 
     def _figures(self, s, lda, word_sets, label, ours, controls, out_dir):
         f = s.topic_words.fractions[0]
@@ -184,71 +175,6 @@ class TopicsPretrained(Experiment):
                                           "(rescaled) per layer and head, pooled over f (0: no structure).")
         return [words, matrices, heads]
 
-    def _claims(self, s, lda, ours, controls):
-        fractions = s.topic_words.fractions
-        none = [ours["embeddings"][("none", f)]["word_embeddings"] for f in fractions]
-        embeddings = claim(
-            "embeddings-topic-structured",
-            "Pretrained embeddings are topic-structured: with topics not overlapping, same-topic words "
-            "have higher embedding cosine similarity and dot product than different-topic words.",
-            {"f": fractions, "cosine ratio": [e["cosine"]["ratio"] for e in none],
-             "dot ratio": [e["dot"]["ratio"] for e in none],
-             "cosine p": [e["cosine"]["p_value"] for e in none],
-             "dot p": [e["dot"]["p_value"] for e in none]},
-            [greater_than("cosine ratio", 1.0), greater_than("dot ratio", 1.0),
-             less_than("cosine p", 0.01), less_than("dot p", 0.01)],
-            context="input-embedding rows, overlap none; seed BERT 1.11-1.21 / 1.13-1.19")
-        pooled = {f"{key} ({mode})": value for mode in MODES
-                  for key, value in (("ratio", ours["pooled"][mode]["ratio"]),
-                                     ("CI low", ours["pooled"][mode]["interval"][0]))}
-        attention = claim(
-            "attention-topic-structured",
-            "Attention is topic-structured: same-topic word pairs get more attention than "
-            "different-topic pairs, with topic overlap forbidden and allowed.",
-            pooled, [greater_than(name, 1.0) for name in pooled],
-            context="ratio pooled over f and layers x heads, 95% bootstrap CI over passages; per f: "
-                    + ", ".join(f"{m} {f:g}: {ours['attention'][(m, f)]['ratio_rescaled']:.3f} "
-                                "[{:.3f}, {:.3f}]".format(*ours["attention"][(m, f)]["interval"])
-                                for m in MODES for f in fractions)
-                    + "; seed BERT 1.22-1.32 (none), 1.13-1.23 (allowed)")
-        large = lda.vocabulary_size >= LARGE_VOCABULARY
-        values = {f"cosine ({m})": [ours["embeddings"][(m, f)]["word_embeddings"]["cosine"]["ratio"]
-                                    for f in fractions] for m in MODES}
-        values.update({f"attention mean over f ({m})": statistics.mean(
-            ours["attention"][(m, f)]["ratio_rescaled"] for f in fractions) for m in MODES})
-        statement = ("Allowing topic overlap lowers the ratios: cosine at every f and attention "
-                     "averaged over f are higher with overlap forbidden.")
-        small = f"V = {lda.vocabulary_size:,} < {LARGE_VOCABULARY:,} (few words per topic at small f)"
-        overlap = (claim("overlap-lowers-ratios", statement, values,
-                         [greater_than("cosine (none)", "cosine (allowed)"),
-                          greater_than("attention mean over f (none)", "attention mean over f (allowed)")])
-                   if large else not_measurable("overlap-lowers-ratios", statement,
-                                                f"{small}; measured " + _shown(values)))
-        deviations = {"attention − 1": [], "emb-out cosine − 1": [], "emb-out dot − 1": []}
-        for m in controls.values():
-            for key in m["attention"]:
-                deviations["attention − 1"].append(m["attention"][key]["ratio_rescaled"] - 1)
-                out = m["embeddings"][key]["embedding_output"]
-                deviations["emb-out cosine − 1"].append(out["cosine"]["ratio"] - 1)
-                deviations["emb-out dot − 1"].append(out["dot"]["ratio"] - 1)
-        flat = claim(
-            "random-init-flat",
-            "A randomly initialized BERT shows no topic structure: all ratios are about 1.",
-            {k: [max(v, key=abs)] if v else [] for k, v in deviations.items()},
-            [abs_at_most(k, 0.01) for k in deviations],
-            context=f"largest deviation over {len(controls)} init seed(s), both overlap modes and every f; "
-                    "attention rescaled, embedding-module output (raw embedding rows: reported only)")
-        statement = "The attention ratio falls as the threshold f grows (every model in the seed)."
-        falls = {f"attention ({m})": [ours["attention"][(m, f)]["ratio_rescaled"] for f in fractions]
-                 for m in MODES}
-        steps = {f"step ({m})": list(np.diff(v)) for m, v in ((m, falls[f"attention ({m})"]) for m in MODES)}
-        ratio_falls = (claim("ratio-falls-with-f", statement, {**falls, **steps},
-                             [less_than(k, 0.0) for k in steps])
-                       if large and len(fractions) > 1 else
-                       not_measurable("ratio-falls-with-f", statement,
-                                      (small if not large else "one f only") + "; measured " + _shown(falls)))
-        return [embeddings, attention, overlap, flat, ratio_falls]
-
 
 def _off_diagonal(matrix: np.ndarray) -> np.ndarray:
     matrix = np.array(matrix, dtype=float)
@@ -256,9 +182,110 @@ def _off_diagonal(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _shown(values: dict[str, Any]) -> str:
-    from sglab.experiments.legacy_claims import format_value
+def _at(by_f: dict[float, float], f: float) -> float:
+    """The value at threshold ``f``; nan where the preset does not measure that f."""
+    return by_f.get(f, math.nan)
 
+
+def _seed_thresholds() -> list[float]:
+    return sorted(SEED_BERT["none"])
+
+
+def measurements(fractions: list[float], vocabulary_size: int, ours: dict[str, Any],
+                 controls: dict[str, dict[str, Any]]) -> dict[str, Measured | NotMeasured]:
+    """The claims' values: per f (lists over the preset's thresholds, for the rules) and at
+    each of the seed's thresholds (for its numbers; nan where the preset lacks that f)."""
+    seed_f = _seed_thresholds()
+
+    def embedding(mode, f, kind, key="word_embeddings"):
+        return ours["embeddings"][(mode, f)][key][kind]
+
+    ratio = {(mode, kind): {f: embedding(mode, f, kind)["ratio"] for f in fractions}
+             for mode in MODES for kind in ("cosine", "dot")}
+    attention = {mode: {f: ours["attention"][(mode, f)]["ratio_rescaled"] for f in fractions}
+                 for mode in MODES}
+    at_seed_f = f"n/a at the seed's f not in this preset ({', '.join(f'{f:g}' for f in seed_f)})"
+    measured: dict[str, Measured | NotMeasured] = {}
+    measured["embeddings-topic-structured"] = Measured(
+        {"f": list(fractions),
+         "cosine ratio": list(ratio[("none", "cosine")].values()),
+         "dot ratio": list(ratio[("none", "dot")].values()),
+         "cosine p": [embedding("none", f, "cosine")["p_value"] for f in fractions],
+         "dot p": [embedding("none", f, "dot")["p_value"] for f in fractions],
+         **{f"{kind} ratio, f {f:g}": _at(ratio[("none", kind)], f)
+            for kind in ("cosine", "dot") for f in seed_f}},
+        "same-topic / different-topic means over pairs of distinct topic words, input-embedding "
+        "rows, topic overlap forbidden, one entry per f; p: 200-permutation test; " + at_seed_f)
+    pooled = {f"pooled {key} ({mode})": value for mode in MODES
+              for key, value in (("ratio", ours["pooled"][mode]["ratio"]),
+                                 ("CI low", ours["pooled"][mode]["interval"][0]))}
+    measured["attention-topic-structured"] = Measured(
+        {"f": list(fractions),
+         **{f"attention ratio ({mode})": list(attention[mode].values()) for mode in MODES},
+         **pooled,
+         **{f"attention ratio ({mode}), f {f:g}": _at(attention[mode], f)
+            for mode in MODES for f in seed_f}},
+        "same-topic / different-topic attention (rescaled by keys / reference length, pooled "
+        "over layers and heads), one entry per f; pooled: over f, with a 95% bootstrap "
+        "interval over passages; " + at_seed_f)
+    large = vocabulary_size >= LARGE_VOCABULARY
+    overlap = {f"{kind} ratio ({mode})": list(ratio[(mode, kind)].values())
+               for kind in ("cosine", "dot") for mode in MODES}
+    overlap.update({f"attention ratio ({mode})": list(attention[mode].values())
+                    for mode in MODES})
+    small = (f"V = {vocabulary_size:,} < {LARGE_VOCABULARY:,} (few words per topic at small f)")
+    measured["overlap-lowers-ratios"] = (
+        Measured({"f": list(fractions), **overlap,
+                  **{f"{kind} ratio (allowed), f {f:g}": _at(ratio[("allowed", kind)], f)
+                     for kind in ("cosine", "dot") for f in seed_f}},
+                 "ratios with topic overlap forbidden (none) and allowed, one entry per f; "
+                 + at_seed_f)
+        if large else NotMeasured(f"{small}; measured " + _shown({"f": fractions, **overlap})))
+    measured["random-init-flat"] = _random_init_measurement(fractions, controls)
+    falls = {f"attention ratio ({mode})": list(attention[mode].values()) for mode in MODES}
+    steps = {f"step ({mode})": list(np.diff(values)) for mode, values in
+             zip(MODES, falls.values())}
+    measured["ratio-falls-with-f"] = (
+        Measured({"f": list(fractions), **falls, **steps},
+                 "attention ratio (rescaled) per f and its change from one f to the next")
+        if large and len(fractions) > 1 else
+        NotMeasured((small if not large else "one f only") + "; measured "
+                    + _shown({"f": fractions, **falls})))
+    return measured
+
+
+def _random_init_measurement(fractions: list[float], controls: dict[str, dict[str, Any]]
+                             ) -> Measured | NotMeasured:
+    """Per random-init copy: the largest deviation from 1 of each ratio over both overlap
+    modes and every f, and its ratios at the seed's thresholds."""
+    if not controls:
+        return NotMeasured("no random-init controls (settings.model.random_inits is empty)")
+    seed_f = _seed_thresholds()
+
+    def ratios(m, mode, f) -> dict[str, float]:
+        out = m["embeddings"][(mode, f)]["embedding_output"]
+        return {"cosine": out["cosine"]["ratio"], "dot": out["dot"]["ratio"],
+                "attention": m["attention"][(mode, f)]["ratio_rescaled"]}
+
+    names = {"cosine": "emb-out cosine", "dot": "emb-out dot", "attention": "attention"}
+    values: dict[str, Any] = {
+        f"largest |{name} − 1|": per_seed(
+            max(abs(ratios(m, mode, f)[kind] - 1) for mode in MODES for f in fractions)
+            for m in controls.values())
+        for kind, name in names.items()}
+    for mode in MODES:
+        for f in seed_f:
+            for kind, name in names.items():
+                values[f"{name} ({mode}), f {f:g}"] = per_seed(
+                    ratios(m, mode, f)[kind] if f in fractions else math.nan
+                    for m in controls.values())
+    return Measured(values, f"{len(controls)} random-init copies (one value each); attention "
+                            "rescaled, embeddings: the embedding module's output for the word "
+                            "(raw embedding rows: reported only); n/a at the seed's f not in "
+                            "this preset")
+
+
+def _shown(values: dict[str, Any]) -> str:
     return ", ".join(f"{k} {format_value(v)}" for k, v in values.items())
 
 

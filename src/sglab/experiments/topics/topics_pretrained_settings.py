@@ -91,6 +91,30 @@ class PretrainedSettings(StrictModel):
     quiet: bool = False
 
 
+class PresetCorpus(CorpusSettings):
+    """A preset's corpus section: its source may be left to ``--set`` (the paper preset)."""
+
+    @model_validator(mode="after")
+    def _check(self):
+        return self
+
+
+class PresetModel(ModelSettings):
+    """A preset's model section: its source may be left to ``--set`` (the paper preset)."""
+
+    @model_validator(mode="after")
+    def _check(self):
+        return self
+
+
+class PresetSettings(PretrainedSettings):
+    """The settings as a preset gives them; :func:`apply_settings` checks them in full
+    once the ``--set`` changes are applied."""
+
+    corpus: PresetCorpus
+    model: PresetModel
+
+
 def apply_settings(preset: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """The preset's settings with ``--set`` applied and validated. Setting ``corpus.path``
     (``model.path``) replaces the preset's ``corpus.name`` (``model.name``) and back."""

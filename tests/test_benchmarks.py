@@ -1,0 +1,66 @@
+"""Every benchmark script runs in its ``--quick`` mode, so a change that breaks one fails the
+suite (the figures of a quick run mean nothing; the scripts' full runs are in
+docs/performance.md)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def scripts() -> list[str]:
+    return sorted(p.name for p in BENCHMARKS.glob("*.py")
+                  if 'if __name__ == "__main__":' in p.read_text())
+
+
+def extra_arguments(name: str, tmp_path: Path) -> list[str]:
+    """What a script needs besides --quick: the authors' DNC checkout (a stand-in with its
+    interface) and where to write its log."""
+    if name == "dnc_authors_recall.py":
+        return ["--code-dir", str(FIXTURES / "dnc_checkout"), "--out", str(tmp_path / "log.json")]
+    return []
+
+
+def test_every_script_is_covered():
+    assert len(scripts()) == 13
+    assert "common.py" not in scripts()
+
+
+@pytest.mark.parametrize("name", scripts())
+def test_quick_mode_runs(name, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SGLAB_RUNS_DIR": str(tmp_path / "runs"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), "--quick",
+                           *extra_arguments(name, tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{name} --quick failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.stdout.strip() or done.stderr.strip()
+    if name == "dnc_authors_recall.py":
+        log = json.loads((tmp_path / "log.json").read_text())
+        assert [row["step"] for row in log["log"]] == [100]
+
+
+def test_quick_only_replaces_options_left_at_their_default():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import argparse
+
+        from common import parse_with_quick
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--seeds", type=int, default=5)
+    quick = {"steps": 10, "seeds": 2}
+    assert vars(parse_with_quick(parser, quick, ["--quick", "--seeds", "4"])) == {
+        "steps": 10, "seeds": 4, "quick": True}
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    assert parse_with_quick(parser, {"steps": 10}, []).steps == 300
