@@ -7,18 +7,17 @@ from torch.func import vmap
 from sglab.config import build_run_config
 from sglab.models.dropout import Dropout, apply_dropout, keyed_uniform, member_masks
 from sglab.store import RunStore
-from sglab.sweep.jobs import (
+from sglab.sweep.jobs import executions, plan_jobs
+from sglab.tasks import build_task
+from sglab.train.ensemble import EnsembleTrainer, ensemble_key
+from sglab.train.ensemble_cost import (
     CPU_ENSEMBLE_MAX_ROWS,
     GPU_ENSEMBLE_MAX_TOKENS,
     MAX_ENSEMBLE_MEMBERS,
-    executions,
     member_rows_per_op,
     member_tokens_per_step,
     members_for_memory,
-    plan_jobs,
 )
-from sglab.tasks import build_task
-from sglab.train.ensemble import EnsembleTrainer, ensemble_key
 from tests.conftest import tiny_config
 from tests.test_ensemble import assert_same_as_alone
 

@@ -93,8 +93,8 @@ def test_parameter_count_for_the_gpu_planner_falls_back_to_the_cpu():
 
     from sglab.config import build_run_config
     from sglab.models import build_model
-    from sglab.sweep.jobs import _count_parameters
     from sglab.tasks import build_task
+    from sglab.train.ensemble_cost import count_parameters
 
     config = build_run_config(TINY, [])
     task = build_task(config.task)
@@ -108,9 +108,9 @@ def test_parameter_count_for_the_gpu_planner_falls_back_to_the_cpu():
             raise NotImplementedError("no meta kernel")
         return build_model(*args)
 
-    assert _count_parameters(meta_unsupported, config) == expected
+    assert count_parameters(config, meta_unsupported) == expected
     assert devices == ["meta", "cpu"]
-    assert _count_parameters(build_model, config) == expected
+    assert count_parameters(config, build_model) == expected
 
 
 def test_jobs_start_biggest_first_and_finished_runs_last(tmp_path):
