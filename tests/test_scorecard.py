@@ -29,7 +29,8 @@ def write(root: Path, experiment: str, preset: str, claims: list[dict]) -> None:
     directory.mkdir(parents=True)
     (directory / "results.json").write_text(json.dumps({
         "experiment": experiment, "preset": preset, "claims": claims, "seconds": 600,
-        "created": "2026-12-05T10:00:00", "params": {"seeds": [0, 1]}}))
+        "created": "2026-12-05T10:00:00", "params": {"seeds": [0, 1]},
+        "provenance": {"runs_trained": 2, "runs_reused": 4, "run_seconds": 5400}}))
 
 
 def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
@@ -42,9 +43,9 @@ def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
     assert [r.preset for r in found["ndr-ctl"]] == ["default", "paper"]
     text = render_markdown(found, ["ndr-ctl", "symmetry", "topics"])
     assert "1 REPRODUCES, 0 QUALITATIVE, 1 FAILS, 0 NOT MEASURED" in text  # default only
-    assert "| ndr-ctl | default | 2026-12-05 | 2 | 10 min | 1 reproduce, 1 fail |" in text
-    assert "| symmetry | - | - | - | - | no judged result committed |" in text
-    assert "| topics | - | - | - | - | no judged result committed |" in text
+    assert "| ndr-ctl | default | 2026-12-05 | 2 | 2 / 4 | 1.5 h | 1 reproduce, 1 fail |" in text
+    assert "| symmetry | - | - | - | - | - | no judged result committed |" in text
+    assert "| topics | - | - | - | - | - | no judged result committed |" in text
     assert ("| ndr-ctl (default) | `b` | 001_76659a6d281e669d.txt, Table 5.1 | "
             "NDR 1 ± 0 (n=5) | NDR 0.14 ± 0.01 (n=2) | **FAILS** |") in text
     assert experiment_summaries(found) == {"ndr-ctl": "1 reproduce, 1 fail"}

@@ -250,7 +250,10 @@ def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict
     return {"sglab": provenance(), "python": platform.python_version(),
             "torch": _torch_version(), "processors": processors,
             "runs_trained": len(trained), "runs_reused": sum(reused.values()),
-            "reused_trained_by": reused}
+            "reused_trained_by": reused,
+            # the runs' own training time, summed: what the result cost whether its runs were
+            # trained by this command or reused (the command's wall time is "seconds")
+            "run_seconds": round(sum(s.get("seconds") or 0 for s in summaries), 1)}
 
 
 def _torch_version() -> str:

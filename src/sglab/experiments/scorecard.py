@@ -44,6 +44,19 @@ class ExperimentResult:
     def seeds(self) -> int:
         return len(self.results.get("params", {}).get("seeds") or [])
 
+    def runs(self) -> str:
+        """``27 / 0``: runs trained by the command that wrote the result / reused."""
+        provenance = self.results.get("provenance") or {}
+        if "runs_trained" not in provenance:
+            return str(len(self.results.get("runs", []))) + " / ?"
+        return f"{provenance['runs_trained']} / {provenance['runs_reused']}"
+
+    def run_time(self) -> str:
+        seconds = (self.results.get("provenance") or {}).get("run_seconds")
+        if seconds is None:
+            return "-"
+        return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
 
 def collect(results_dir: Path) -> dict[str, list[ExperimentResult]]:
     """``{experiment: [its results, default first]}`` for every results.json under
@@ -113,20 +126,23 @@ def render_markdown(found: dict[str, list[ExperimentResult]], registered: list[s
     for name in registered:
         entries = [r for r in found.get(name, []) if r.judged]
         if not entries:
-            rows.append(f"| {name} | - | - | - | - | no judged result committed |")
+            rows.append(f"| {name} | - | - | - | - | - | no judged result committed |")
             continue
         for result in entries:
             counts = result.counts()
             if result.preset == "default":
                 for verdict, count in counts.items():
                     totals[verdict] += count
-            minutes = (result.results.get("seconds") or 0) / 60
             rows.append(f"| {name} | {result.preset} | {result.results.get('created', '-')[:10]} "
-                        f"| {result.seeds()} | {minutes:.0f} min | {short_summary(counts)} |")
+                        f"| {result.seeds()} | {result.runs()} | {result.run_time()} "
+                        f"| {short_summary(counts)} |")
     lines += ["## Summary", "",
               f"Over the `default` results: {', '.join(f'{n} {v}' for v, n in totals.items())}.",
-              "", "| experiment | preset | measured | seeds | wall time | verdicts |",
-              "|---|---|---|---|---|---|", *rows, "", "## Claims", "",
+              "", "Runs: trained by the command that wrote the result / reused from the run store "
+              "(trained earlier with the same config id). Run time: the runs' own training "
+              "time, summed (one thread each).", "",
+              "| experiment | preset | measured | seeds | runs | run time | verdicts |",
+              "|---|---|---|---|---|---|---|", *rows, "", "## Claims", "",
               "| experiment | claim | source | the source's numbers | ours | verdict |",
               "|---|---|---|---|---|---|"]
     for name in registered:
