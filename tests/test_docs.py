@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from sglab import registry
+from sglab.experiments.scorecard import collect, experiment_summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 README_MAX_LINES = 300
 PAGE_MAX_LINES = 250
+NOT_YET = "not yet judged"  # the README's verdict for an experiment with no committed result
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 EXPERIMENTS_LINE = re.compile(r"^Experiments: (.+)$", re.MULTILINE)
@@ -94,6 +96,34 @@ def test_every_experiment_has_exactly_one_chapter_page():
     assert sorted(set(pages) - registered) == [], "pages name unregistered experiments"
     assert sorted(registered - set(pages)) == [], "registered experiments without a page"
     assert {n: p for n, p in pages.items() if len(p) > 1} == {}
+
+
+def test_every_claim_is_named_on_its_chapter_page():
+    missing = []
+    for page in docs_pages():
+        text = page.read_text()
+        for name in named_experiments(text):
+            for claim_id in registry.experiment(name).spec.claims:
+                if f"`{claim_id.split('[')[0]}" not in text:
+                    missing.append(f"{page.name}: {name} {claim_id}")
+    assert missing == []
+
+
+def readme_verdicts() -> dict[str, str]:
+    """The README experiment table's verdict column, by experiment."""
+    rows = re.findall(r"^\| \[`([^`]+)`\]\(docs/[^)]+\) \|.*\| ([^|]+) \|$",
+                      README.read_text(), re.MULTILINE)
+    return {name: verdict.strip() for name, verdict in rows}
+
+
+def test_readme_verdicts_are_the_scorecards():
+    """An experiment with a committed `default` result shows the scorecard's summary; one
+    without says it has none."""
+    summaries = experiment_summaries(collect(ROOT / "results"))
+    verdicts = readme_verdicts()
+    assert set(verdicts) == set(registry.experiments())
+    for name, verdict in verdicts.items():
+        assert verdict == summaries.get(name, NOT_YET), name
 
 
 def test_readme_table_links_every_experiment_to_its_page():
