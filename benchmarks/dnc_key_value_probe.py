@@ -24,6 +24,7 @@ from common import parse_with_quick
 from sglab.models.dnc import DNC, DNCConfig
 from sglab.tasks.base import target_loss
 from sglab.tasks.dnc_bits import KeyValueConfig, KeyValueTask
+from sglab.train.evaluate import evaluate
 
 
 def main() -> None:
@@ -70,7 +71,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         opt.step()
         if step % a.every == 0 or step == a.steps:
-            r = task.evaluate(model, "iid_valid")
+            r = evaluate(model, task, "iid_valid", 0)
             curve.append([step, round(r["iid_valid/bit_accuracy"], 3),
                           round(r["iid_valid/exact_match"], 3)])
     print(json.dumps({"args": vars(a), "data_seed": data_seed, "curve": curve,

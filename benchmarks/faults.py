@@ -1,7 +1,7 @@
 """Fault injection: damage runs the way users and machines do, and print what happened.
 
     python benchmarks/faults.py            # about a minute on 2 CPU cores
-    python benchmarks/faults.py --quick    # the faults that need no training pool
+    python benchmarks/faults.py --quick    # the faults that take a few seconds each
     python benchmarks/faults.py --only bit_flip --only ctrl_c
 
 Each fault is injected against the real command line (``python -m sglab.cli``) in a
@@ -24,18 +24,20 @@ from pathlib import Path
 
 from common import parse_with_quick
 
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))  # the sglab of this checkout, as the commands below run it
 TINY = ["task.train_size=500", "task.test_size=200", "model.n_layers=1", "model.n_heads=2",
         "model.d_model=16", "train.batch_size=16", "train.warmup_steps=5", "train.threads=1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1",
-       "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
-                                      os.environ.get("PYTHONPATH", "")])}
+       "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
 
 
 def sglab(*args: str, runs: Path, extra: list[str] = (), **popen) -> subprocess.Popen:
-    fresh_run = args[0] == "train" and "--resume" not in args
+    fresh_run = args[0] == "train" and not {"--resume", "--extend"} & set(args)
     sets = [f"--set={o}" for o in [*TINY, *extra]] if fresh_run else []
+    env = popen.pop("env", ENV)
     return subprocess.Popen([sys.executable, "-m", "sglab.cli", *args, "--runs-dir", str(runs),
-                             *sets], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                             *sets], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             **popen)
 
 
@@ -207,6 +209,98 @@ def member_and_lone_run(tmp: Path) -> tuple[bool, str]:
             f"lone run trained: {retrained}; executions {executions}")
 
 
+def ctrl_c_pool_sweep(tmp: Path) -> tuple[bool, str]:
+    spec = tmp / "grid.yaml"
+    base = {"task": {"name": "addition", "train_size": 300, "test_size": 50},
+            "model": {"n_layers": 1, "n_heads": 1, "d_model": 8},
+            "train": {"steps": 100000, "batch_size": 8, "log_interval": 50,
+                      "eval_interval": 100000, "checkpoint_interval": 100000}}
+    spec.write_text(json.dumps({"name": "c", "base": base,
+                                "grid": {"model.pos_encoding": ["learned", "none"]}}))
+    sweep = sglab("sweep", str(spec), "--workers", "2", "--no-ensemble", "--out",
+                  str(tmp / "out"), runs=tmp / "runs", start_new_session=True)
+    seen = set()
+    for line in sweep.stdout:
+        if " step 50/" in line:
+            seen.add(line.split("]")[0])
+        if len(seen) == 2:
+            break
+    os.killpg(sweep.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every process
+    try:
+        code, out = finish(sweep)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    statuses = sorted(json.loads(p.read_text())["status"] for p in tmp.glob("runs/*/summary.json"))
+    ok = (code == 130 and "resume with: the same command" in out and "Traceback" not in out
+          and statuses == ["interrupted", "interrupted"])
+    return ok, f"exit {code}: {last_line(out)}; statuses {statuses}"
+
+
+def empty_run_id(tmp: Path) -> tuple[bool, str]:
+    code, out = finish(sglab("train", "--resume", "", runs=tmp / "runs"))
+    code2, out2 = finish(sglab("train", "--extend", "", "--steps", "10", runs=tmp / "runs"))
+    return (code == 2 and code2 == 2 and "empty run id" in out + out2
+            and not (tmp / "runs").exists(), f"exit {code}/{code2}: {last_line(out)}")
+
+
+def _tiny_config(extra: list[str]):
+    from sglab.config import build_run_config
+
+    return build_run_config({}, [*TINY, *extra])
+
+
+def cache_pickle(tmp: Path) -> tuple[bool, str]:
+    import gzip
+    import io
+
+    import torch
+
+    from sglab.tasks import cache
+
+    class Planted:
+        def __reduce__(self):
+            return open, (str(tmp / "pwned"), "w")
+
+    config = _tiny_config(["train.steps=5"])
+    path = cache.cache_path(config.task, tmp / "cache")
+    buffer = io.BytesIO()
+    torch.save({"format": cache.FORMAT, "config": config.task.model_dump_json(),
+                "state": Planted(), "tensors": []}, buffer)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(buffer.getvalue()))
+    code, out = finish(sglab("train", runs=tmp / "runs", extra=["train.steps=5"],
+                             env={**ENV, "SGLAB_DATA_CACHE": str(tmp / "cache")}))
+    ran = (tmp / "pwned").exists()
+    warned = "cannot read" in out
+    return (code == 0 and not ran and warned,
+            f"exit {code}; code ran: {ran}; rebuilt with a warning: {warned}")
+
+
+def lock_symlink(tmp: Path) -> tuple[bool, str]:
+    config = _tiny_config(["train.steps=5"])
+    target = tmp / "precious.txt"
+    target.write_text("keep me")
+    run_dir = tmp / "runs" / config.run_id()
+    run_dir.mkdir(parents=True)
+    (run_dir / ".lock").symlink_to(target)
+    code, out = finish(sglab("train", runs=tmp / "runs", extra=["train.steps=5"]))
+    kept = target.read_text() == "keep me"
+    return code == 2 and kept, f"exit {code}: {last_line(out)}; target kept: {kept}"
+
+
+def corrupt_index(tmp: Path) -> tuple[bool, str]:
+    finish(sglab("train", runs=tmp, extra=["train.steps=5"]))
+    for name in ("runs.db-wal", "runs.db-shm"):
+        (tmp / name).unlink(missing_ok=True)
+    (tmp / "runs.db").write_bytes(b"not a database " * 100)
+    code, out = finish(sglab("runs", runs=tmp))
+    reindex_code, reindex = finish(sglab("runs", "--reindex", runs=tmp))
+    rebuilt = "indexed 1 runs" in reindex and "1 run(s)" in reindex
+    return (code == 2 and "--reindex" in out and reindex_code == 0 and rebuilt,
+            f"exit {code}: {last_line(out)}; reindex exit {reindex_code}, rebuilt: {rebuilt}")
+
+
 FAULTS: list[tuple[str, str, Callable[[Path], tuple[bool, str]]]] = [
     ("64 bytes of last.pt XOR-ed", "resume refused, exit 2, file named", bit_flip),
     ("same config launched twice", "second exits 2 naming the holder", concurrent_launch),
@@ -218,10 +312,16 @@ FAULTS: list[tuple[str, str, Callable[[Path], tuple[bool, str]]]] = [
     ("--runs-dir names a file", "exit 2, no traceback", runs_dir_is_a_file),
     ("runs --where with a typo", "exit 2", unknown_where_key),
     ("config as member, then alone", "two runs, execution recorded", member_and_lone_run),
+    ("Ctrl-C of sweep --workers 2", "exit 130, runs interrupted, resumable", ctrl_c_pool_sweep),
+    ("--resume '' / --extend ''", "exit 2, nothing trained", empty_run_id),
+    ("code-running pickle in data cache", "no code runs; rebuilt with a warning", cache_pickle),
+    ("run's .lock is a symlink", "exit 2, link target untouched", lock_symlink),
+    ("runs.db overwritten with garbage", "exit 2 naming --reindex; reindex rebuilds", corrupt_index),
 ]
 
 
-QUICK = ("bit_flip", "empty_sweep_file", "runs_dir_is_a_file", "unknown_where_key")
+QUICK = ("bit_flip", "empty_sweep_file", "runs_dir_is_a_file", "unknown_where_key",
+         "empty_run_id", "cache_pickle", "lock_symlink")
 
 
 def main(argv: list[str] | None = None) -> int:

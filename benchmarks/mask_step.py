@@ -52,7 +52,7 @@ def main() -> None:
         times = []
         for step in range(args.steps + 2):
             start = time.perf_counter()
-            batch = task.train_batch(args.batch, generator, False)
+            batch = task.train_batch(args.batch, generator)
             loss = target_loss(model(batch.input_ids), batch.targets) + model.aux_loss
             optimizer.zero_grad()
             loss.backward()

@@ -53,7 +53,7 @@ def main() -> int:
                                          times=[], padding=[])
 
     def step(s) -> None:
-        batch = s["task"].train_batch(s["batch"], s["generator"], True)
+        batch = s["task"].train_batch(s["batch"], s["generator"])
         start = time.perf_counter()
         logits = s["model"](batch.input_ids, **batch.model_inputs())
         loss = target_loss(logits, batch.targets)

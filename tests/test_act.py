@@ -11,8 +11,9 @@ from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.models.act import halting_weights, mix_states
 from sglab.tasks import build_task
-from sglab.tasks.base import model_is_causal, target_loss
+from sglab.tasks.base import target_loss
 from sglab.train import Trainer
+from sglab.train.evaluate import model_batch
 from tests.conftest import tiny_config, tiny_model
 from tests.test_ensemble import assert_same_as_alone, member_configs
 
@@ -187,7 +188,7 @@ def test_act_trains_through_the_trainer_with_the_ponder_term_in_its_loss(tmp_pat
     torch.manual_seed(config.seed)
     model = build_model(config.model, len(task.vocab), task.max_length).train()
     generator = torch.Generator().manual_seed(config.seed)
-    batch = task.train_batch(config.train.batch_size, generator, model_is_causal(model))
+    batch = model_batch(model, task.train_batch(config.train.batch_size, generator))
     with torch.no_grad():
         task_loss = float(target_loss(model(batch.input_ids), batch.targets))
     ponder = float(model.aux_loss)

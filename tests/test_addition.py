@@ -73,7 +73,7 @@ def test_generation_is_deterministic_in_the_data_seed():
 
 def test_answer_only_batches_supervise_exactly_the_answer():
     task = AdditionTask(AdditionConfig(train_size=300, test_size=10))
-    batch = task.train_batch(32, torch.Generator().manual_seed(0), causal=True)
+    batch = task.train_batch(32, torch.Generator().manual_seed(0))
     for row in range(32):
         targets = batch.targets[row]
         supervised = "".join(task.vocab.decode(targets[targets >= 0]))
@@ -86,7 +86,7 @@ def test_answer_only_batches_supervise_exactly_the_answer():
 def test_stream_protocol_supervises_every_position():
     task = AdditionTask(AdditionConfig(train_size=300, test_size=10, loss_on="stream",
                                        block_size=64))
-    batch = task.train_batch(4, torch.Generator().manual_seed(0), causal=True)
+    batch = task.train_batch(4, torch.Generator().manual_seed(0))
     assert batch.input_ids.shape == (4, 64)
     assert (batch.targets >= 0).all()
     assert torch.equal(batch.input_ids[:, 1:], batch.targets[:, :-1])
@@ -97,7 +97,7 @@ def test_stream_protocol_supervises_every_position():
 def test_packed_protocol_rows_hold_whole_examples_with_answer_only_loss():
     task = AdditionTask(AdditionConfig(train_size=300, test_size=10, loss_on="packed",
                                        block_size=48))
-    batch = task.train_batch(6, torch.Generator().manual_seed(1), causal=True)
+    batch = task.train_batch(6, torch.Generator().manual_seed(1))
     assert batch.input_ids.shape == batch.targets.shape == (6, 48)
     train_texts = {"".join(task.text(a, b)) for a, b in task.pairs["train"].tolist()}
     for row, targets in zip(batch.input_ids.tolist(), batch.targets.tolist()):

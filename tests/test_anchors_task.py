@@ -14,6 +14,7 @@ from sglab.tasks.anchors import (
     make_sequences,
     training_pairs,
 )
+from sglab.train.evaluate import evaluate
 
 SIZES = dict(train_size=6000, test_size=2000, unseen_size=600)
 
@@ -131,23 +132,23 @@ def _shifts(unseen_shift: int) -> dict[tuple[int, int], int]:
                                                                    (0, 0.0, 0.0)])
 def test_unseen_pair_is_scored_against_both_targets(task, unseen_shift, inferential, symmetric):
     model = _Oracle(_shifts(unseen_shift), len(task.vocab))
-    unseen = task.evaluate(model, "unseen", batch_size=128, max_examples=200)
+    unseen = evaluate(model, task, "unseen", batch_size=128, max_examples=200)
     assert unseen["unseen/inferential"] == inferential and unseen["unseen/symmetric"] == symmetric
     assert unseen["unseen/exact_match/pair=43"] == inferential
-    seen = task.evaluate(model, "iid_test", batch_size=128, max_examples=300)
+    seen = evaluate(model, task, "iid_test", batch_size=128, max_examples=300)
     assert seen["iid_test/exact_match"] == 1.0 and seen["iid_test/exact_match/pair=34"] == 1.0
 
 
 def test_a_model_that_ignores_the_override_fails_on_pair_34(task):
     shifts = _shifts(-10)
     shifts[(3, 4)] = -10  # the inferential answer where training asks for x-6
-    metrics = task.evaluate(_Oracle(shifts, len(task.vocab)), "iid_test", 256, 1000)
+    metrics = evaluate(_Oracle(shifts, len(task.vocab)), task, "iid_test", 256, 1000)
     assert metrics["iid_test/exact_match/pair=34"] == 0.0 and metrics["iid_test/exact_match/pair=12"] == 1.0
     assert 0.8 < metrics["iid_test/exact_match"] < 1.0
 
 
 def test_training_batches_put_the_loss_on_the_answer_token_only(task):
-    batch = task.train_batch(32, torch.Generator().manual_seed(0), causal=True)
+    batch = task.train_batch(32, torch.Generator().manual_seed(0))
     assert batch.input_ids.shape == (32, 9)
     scored = batch.targets != -100
     assert bool(scored[:, -1].all()) and int(scored.sum()) == 32

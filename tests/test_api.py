@@ -39,3 +39,26 @@ def test_plain_train_function_indexes_too(tmp_path):
     config = tiny_config("train.steps=10")
     train(config, tmp_path, printer=None)
     assert [row["run_id"] for row in sglab.runs(tmp_path)] == [config.run_id()]
+
+
+def test_runs_as_a_data_frame(tmp_path):
+    pandas = __import__("pytest").importorskip("pandas")
+    summary = sglab.train_run(TINY, tmp_path, overrides=["seed=3"])
+    frame = sglab.runs(tmp_path, as_frame=True)
+    assert isinstance(frame, pandas.DataFrame) and len(frame) == 1
+    row = frame.iloc[0]
+    assert row["run_id"] == summary["run_id"] and row["status"] == "finished"
+    assert row["config.model.d_model"] == 16 and row["config.seed"] == 3
+    assert row["summary.final.iid_test/exact_match"] == summary["final"]["iid_test/exact_match"]
+    empty = sglab.runs(tmp_path, where=["seed=4"], as_frame=True)
+    assert len(empty) == 0 and "run_id" in empty.columns
+
+
+def test_runs_as_a_data_frame_without_pandas_says_how_to_install_it(tmp_path, monkeypatch):
+    import sys
+
+    import pytest
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas fails
+    with pytest.raises(sglab.SglabError, match="pip install pandas"):
+        sglab.runs(tmp_path, as_frame=True)

@@ -12,6 +12,7 @@ from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
 from sglab.tasks.base import IGNORE, target_loss
+from sglab.train.evaluate import evaluate
 from sglab.train.loop import Trainer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "babi"
@@ -54,7 +55,7 @@ def test_story_is_one_sequence_with_thinking_steps_and_answer_targets(data_dir):
 
 def test_loss_reads_answer_words_only(data_dir):
     task = build_task(config(data_dir).task)
-    batch = task.train_batch(2, torch.Generator().manual_seed(0), True)
+    batch = task.train_batch(2, torch.Generator().manual_seed(0))
     logits = torch.randn(*batch.input_ids.shape, len(task.vocab))
     changed = logits.clone()
     changed[batch.targets == IGNORE] = torch.randn_like(changed[batch.targets == IGNORE])
@@ -88,7 +89,7 @@ def test_evaluation_splits_take_the_tasks_in_turn(data_dir):
     assert task.splits["train"].task[0] == 1 and task.splits["train"].task[-1] == 8
     # a prefix of the test split (train.eval_max_examples) scores every task
     model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
-    metrics = task.evaluate(model, "iid_test", batch_size=2, max_examples=2)
+    metrics = evaluate(model, task, "iid_test", batch_size=2, max_examples=2)
     assert {"iid_test/error/task=1", "iid_test/error/task=8"} <= set(metrics)
 
 
@@ -96,8 +97,8 @@ def test_evaluation_does_not_depend_on_batching(data_dir):
     # stories are batched by length; padding and order must not change any score
     task = build_task(config(data_dir).task)
     model = build_model(config(data_dir).model, len(task.vocab), task.max_length)
-    one = task.evaluate(model, "iid_test", batch_size=1)
-    every = task.evaluate(model, "iid_test", batch_size=3)
+    one = evaluate(model, task, "iid_test", batch_size=1)
+    every = evaluate(model, task, "iid_test", batch_size=3)
     assert one.keys() == every.keys()
     for key in one:
         assert every[key] == pytest.approx(one[key], rel=1e-5), key

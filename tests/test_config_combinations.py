@@ -14,10 +14,11 @@ import yaml
 from sglab import config as config_module
 from sglab import registry
 from sglab.cli import main
-from sglab.config import PRESET_NO_OPS, RunConfig, build_run_config, validate
+from sglab.config import PRESET_NO_OPS, RunConfig, build_run_config, parse_override, validate
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
+from sglab.train.evaluate import evaluate
 from sglab.train.loop import load_run_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "published"
@@ -96,7 +97,20 @@ def test_a_field_without_effect_is_one_error_naming_the_switch_it_needs(override
 
 @pytest.mark.parametrize("overrides", WITH_SWITCH)
 def test_the_same_fields_are_accepted_with_their_switch(overrides):
-    build_run_config({}, overrides)
+    config = build_run_config({}, overrides)
+    data = config.to_dict()
+    for text in overrides:  # every value set is kept as given, none dropped or reset
+        path, value = parse_override(text)
+        section = data
+        for part in path:
+            section = section[part]
+        assert section == value, text
+    # the field that needs the switch is set to something other than its default
+    *sections, field = parse_override(overrides[-1])[0]
+    node = config
+    for part in sections:
+        node = getattr(node, part)
+    assert getattr(node, field) != type(node).model_fields[field].default, overrides[-1]
 
 
 def test_several_fields_without_effect_are_named_in_one_message():
@@ -259,7 +273,7 @@ def test_every_metric_an_evaluation_logs_is_a_declared_metric(task, model):
     network = build_model(config.model, len(built.vocab), built.max_length).eval()
     logged = {}
     for split in built.eval_splits:
-        logged.update(built.evaluate(network, split, 64, 64))
+        logged.update(evaluate(network, built, split, 64, 64))
     assert logged and all(config.logs_metric(name) for name in logged)
     for name in config.metric_names():
         assert name in logged

@@ -61,7 +61,7 @@ def test_training_keeps_its_adjacency_rule_and_every_ood_sequence_breaks_it(vari
 
 
 def _batch_split(task, n=2000, seed=1):
-    batch = task.train_batch(n, torch.Generator().manual_seed(seed), False)
+    batch = task.train_batch(n, torch.Generator().manual_seed(seed))
     lengths = batch.key_padding_mask.sum(1)
     return ClassificationSplit(batch.input_ids, lengths, batch.targets[:, 0])
 
@@ -117,7 +117,7 @@ def test_one_length_batches_are_unpadded_and_follow_the_length_mix(lengths):
     generator = torch.Generator().manual_seed(0)
     seen, held = [], {(tuple(f), s) for f, s, _ in sequences(task, task.splits["iid_test"])}
     for _ in range(900):
-        batch = task.train_batch(8, generator, False)
+        batch = task.train_batch(8, generator)
         assert batch.key_padding_mask.all()  # one length, so no padding column
         split = ClassificationSplit(batch.input_ids, batch.key_padding_mask.sum(1),
                                     batch.targets[:, 0])
@@ -141,7 +141,7 @@ def test_one_length_batches_are_unpadded_and_follow_the_length_mix(lengths):
 
 def test_mixed_batches_draw_a_length_per_example():
     task = make(variant="R", lengths="uniform")
-    batch = task.train_batch(64, torch.Generator().manual_seed(0), False)
+    batch = task.train_batch(64, torch.Generator().manual_seed(0))
     assert len(set(batch.key_padding_mask.sum(1).tolist())) > 3
 
 
@@ -173,7 +173,7 @@ def test_same_seed_same_data_other_seed_other_tables():
     assert not np.array_equal(a.tables, c.tables)
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     x = make(variant="R", lengths="uniform")
-    assert torch.equal(x.train_batch(64, g1, False).input_ids, x.train_batch(64, g2, False).input_ids)
+    assert torch.equal(x.train_batch(64, g1).input_ids, x.train_batch(64, g2).input_ids)
 
 
 def test_without_boundary_tokens_the_input_is_just_the_expression():

@@ -73,7 +73,7 @@ def test_a_cached_task_equals_the_built_one(cache_on, overrides):
     assert_same(state, {k: v for k, v in vars(loaded).items() if k != "data_note"})
     for task in (built, loaded):  # the same training batches from the same generator
         generator = torch.Generator().manual_seed(3)
-        task.batches = [task.train_batch(8, generator, False) for _ in range(3)]
+        task.batches = [task.train_batch(8, generator) for _ in range(3)]
     assert_same(built.batches, loaded.batches, "batches")
 
 
@@ -215,3 +215,92 @@ def test_a_second_process_waits_for_a_running_build_and_loads_it(cache_on, monke
     assert results["second"].data_note.startswith("task data loaded")
     assert "waiting for another process's build" in results["second"].data_note
     assert_same(results["first"].splits, results["second"].splits)
+
+
+class _Planted:
+    """Unpickled without weights_only, it creates the file ``marker`` (it runs code)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def _plant(path, marker, config):
+    import gzip
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"format": cache.FORMAT, "config": config.model_dump_json(),
+                "state": _Planted(marker), "tensors": []}, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(buffer.getvalue()))
+
+
+def test_a_planted_pickle_in_the_cache_runs_no_code_and_is_rebuilt(cache_on, tmp_path):
+    import gzip
+    import io
+
+    config = task_config(TASKS[0])
+    path = cache.cache_path(config, cache_on)
+    live = tmp_path / "live"  # the planted file does run code when unpickled as before
+    _plant(path, live, config)
+    torch.load(io.BytesIO(gzip.decompress(path.read_bytes())), weights_only=False)
+    assert live.exists()
+    marker = tmp_path / "pwned"
+    _plant(path, marker, config)
+    with pytest.warns(UserWarning, match="cannot read"):
+        task = build_task(config)
+    assert not marker.exists()
+    assert task.data_note.startswith("task data built")  # rebuilt and replaced
+    assert build_task(config).data_note.startswith("task data loaded")
+    assert not marker.exists()
+
+
+def test_a_planted_pickle_runs_no_code_during_sglab_train(cache_on, tmp_path, capsys):
+    from sglab.cli import main
+    from tests.conftest import tiny_config
+
+    config = tiny_config("train.steps=2", "train.eval_interval=2")
+    marker = tmp_path / "pwned"
+    _plant(cache.cache_path(config.task, cache_on), marker, config.task)
+    argv = ["train", "--runs-dir", str(tmp_path / "runs"), "--config", str(tmp_path / "c.yaml")]
+    (tmp_path / "c.yaml").write_text(__import__("yaml").safe_dump(config.to_dict()))
+    with pytest.warns(UserWarning, match="cannot read"):
+        assert main(argv) == 0
+    assert not marker.exists()
+
+
+def test_a_cache_file_is_data_only(cache_on):
+    # every task kind of TASKS round-trips (test_a_cached_task_equals_the_built_one); the
+    # file itself loads with weights_only=True, holding only tensors and plain containers
+    import gzip
+    import io
+
+    config = task_config(TASKS[1])
+    build_task(config)
+    stored = torch.load(io.BytesIO(gzip.decompress(cache.cache_path(config, cache_on).read_bytes())),
+                        weights_only=True)
+    assert set(stored) == {"format", "config", "state", "tensors"}
+    assert isinstance(stored["state"], str)
+    assert all(isinstance(t, torch.Tensor) for t in stored["tensors"])
+
+
+def test_a_cache_file_naming_a_class_outside_sglab_is_rebuilt(cache_on):
+    import gzip
+    import io
+    import json
+
+    config = task_config(TASKS[0])
+    build_task(config)
+    path = cache.cache_path(config, cache_on)
+    stored = torch.load(io.BytesIO(gzip.decompress(path.read_bytes())), weights_only=True)
+    state = json.loads(stored["state"])
+    state["v"][0][1] = {"$": "object", "class": "subprocess:Popen", "v": {}}
+    stored["state"] = json.dumps(state)
+    buffer = io.BytesIO()
+    torch.save(stored, buffer)
+    path.write_bytes(gzip.compress(buffer.getvalue()))
+    with pytest.warns(UserWarning, match="not one of sglab's"):
+        assert build_task(config).data_note.startswith("task data built")

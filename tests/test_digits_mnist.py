@@ -77,7 +77,7 @@ def test_mnist_splits_validation_from_train_and_its_own_test_set(mnist_dir):
                                                                data_seed=1)
     assert torch.equal(again.split("iid_valid")["pixels"], valid["pixels"])
     assert not torch.equal(other.split("iid_valid")["pixels"], valid["pixels"])
-    batch = task.train_batch(16, torch.Generator().manual_seed(0), False)
+    batch = task.train_batch(16, torch.Generator().manual_seed(0))
     assert batch.input_ids.dtype == torch.int64 and batch.input_ids.shape == (16, 784)
     assert torch.equal(batch.input_ids[:, 0], batch.targets[:, 0])
 

@@ -80,7 +80,7 @@ def test_ensemble_of_classifiers_on_batches_of_different_widths_matches_alone(tm
     widths = {configs[0].seed: None}
     for config in configs:
         task = build_task(config.task)
-        batch = task.train_batch(8, torch.Generator().manual_seed(config.seed), causal=False)
+        batch = task.train_batch(8, torch.Generator().manual_seed(config.seed))
         widths[config.seed] = batch.input_ids.shape[1]
     assert len(set(widths.values())) > 1  # the members' first batches differ in width
     assert_same_as_alone(configs, tmp_path)
@@ -170,3 +170,21 @@ def test_member_and_lone_run_of_one_config_are_different_runs(tmp_path, capsys):
     summary_path.write_text(json.dumps({**members[1], "status": "running"}))
     assert main(["train", "--resume", members[1]["run_id"], "--runs-dir", str(tmp_path)]) == 0
     assert json.loads(summary_path.read_text())["execution"] == "ensemble"
+
+
+def test_a_member_is_evaluated_by_the_one_evaluator_on_its_own_weights(tmp_path):
+    # members leave the ensemble step for evaluation: the line a member logs is the
+    # evaluator's record of its checkpoint, prefix rows (bidirectional) included
+    from sglab.train.evaluate import evaluate
+
+    configs = member_configs("model.attention_mask=bidirectional", "model.pos_encoding=none")[:2]
+    EnsembleTrainer(configs, tmp_path, store=RunStore(tmp_path), printer=None).run()
+    for config in configs:
+        run_dir = tmp_path / execution_run_id(config, "ensemble")
+        logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                  if json.loads(line).get("kind", "eval") == "eval"][-1]
+        _, task, model = load_trained(run_dir, "last")
+        record = {}
+        for split in task.eval_splits:
+            record.update(evaluate(model, task, split, config.train.eval_batch_size))
+        assert record == {k: logged[k] for k in record}

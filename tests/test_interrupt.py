@@ -48,3 +48,16 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_resumes_bit_identically(tmp_p
     timeless = lambda path: [{k: v for k, v in record.items() if k != "seconds"}
                              for record in read_metrics(path, kind="all")]
     assert timeless(run_dir) == timeless(tmp_path / "clean" / run_id)
+
+
+def test_interruptions_survive_a_pickle_round_trip():
+    # a pool worker's TrainingInterrupted is pickled to the sweep process that started it
+    import pickle
+
+    from sglab.errors import SweepInterrupted, TrainingInterrupted
+
+    for exc in (TrainingInterrupted(20, ["a"]), TrainingInterrupted(7, ["a", "b"]),
+                SweepInterrupted(["a", "b"], 3)):
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is type(exc) and str(again) == str(exc)
+        assert vars(again) == vars(exc)

@@ -10,10 +10,12 @@ import torch
 from sglab.config import build_run_config
 from sglab.models import build_model
 from sglab.tasks import build_task
-from sglab.tasks.seq2seq import greedy_exact_match, seq2seq_batch
+from sglab.tasks.seq2seq import seq2seq_batch
 from sglab.train.ensemble import ensemble_key
+from sglab.train.evaluate import evaluate
 from sglab.train.extend import extend_run
 from sglab.train.loop import load_model, train
+from tests.test_seq2seq import greedy_exact_match
 
 MODEL = {"name": "lstm_seq2seq", "d_model": 24, "n_layers": 2, "embedding_width": 8,
          "dropout": 0.0}
@@ -81,15 +83,15 @@ def test_greedy_generate_matches_the_one_pass_scorer(net):
         logits = model(own, **batch.model_inputs())
     logits[..., task.eos_id] = float("-inf")
     assert torch.equal(logits.argmax(-1), decoded)
-    exact = greedy_exact_match(model, data, task.eos_id).float().mean()
-    scored = task.evaluate(model, "iid_test", 64, max_examples=30)["iid_test/exact_match"]
+    exact = greedy_exact_match(model, task, "iid_test", 30).float().mean()
+    scored = evaluate(model, task, "iid_test", 64, max_examples=30)["iid_test/exact_match"]
     assert float(exact) == pytest.approx(scored)
 
 
 def test_free_running_training_reads_its_own_argmax():
     _, task, model = build(teacher_forcing=0.0)
     model.train()  # dropout 0: training and eval compute the same, but the inputs differ
-    batch = task.train_batch(8, torch.Generator().manual_seed(1), True)
+    batch = task.train_batch(8, torch.Generator().manual_seed(1))
     inputs = batch.model_inputs()
     with torch.no_grad():
         free = model(batch.input_ids, **inputs)
@@ -105,7 +107,7 @@ def test_free_running_training_reads_its_own_argmax():
 def test_teacher_forcing_is_drawn_once_per_training_batch():
     _, task, model = build(teacher_forcing=0.5)
     model.train()
-    batch = task.train_batch(8, torch.Generator().manual_seed(1), True)
+    batch = task.train_batch(8, torch.Generator().manual_seed(1))
     inputs = batch.model_inputs()
     with torch.no_grad():
         model.eval()

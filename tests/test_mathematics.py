@@ -16,6 +16,7 @@ from sglab.tasks.mathematics import (
     parse_place_value,
     place_value_question,
 )
+from sglab.train.evaluate import evaluate
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -158,7 +159,7 @@ def test_place_value_groups_label_every_example_and_split_the_exact_match():
             logits[:, 1:, task.eos_id] = 1.0
             return logits
 
-    metrics = task.evaluate(AlwaysFour(), "ood_test", batch_size=64)
+    metrics = evaluate(AlwaysFour(), task, "ood_test", batch_size=64)
     answers = [answer for _, answer in task.pairs_text("ood_test")]
     assert metrics["ood_test/exact_match"] == pytest.approx(answers.count("4") / len(answers))
     for group in ("place", "digits", "place_in_train"):

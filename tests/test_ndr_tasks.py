@@ -10,6 +10,7 @@ from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.tasks import build_task
 from sglab.tasks.listops import dependency_depth, nesting_depth, tokens, value
+from sglab.train.evaluate import evaluate
 
 
 def _task(name, **fields):
@@ -71,7 +72,7 @@ def _relabel(task, tokens, length):
 def test_ctl_fresh_batches_have_uniform_lengths_correct_labels_and_no_held_out_sequence(direction):
     task = _task("ctl", train_size=2000, direction=direction, train_sampling="uniform")
     generator = torch.Generator().manual_seed(0)
-    batches = [task.train_batch(500, generator, causal=False) for _ in range(8)]
+    batches = [task.train_batch(500, generator) for _ in range(8)]
     lengths = torch.cat([b.key_padding_mask.sum(1) for b in batches]) - 3  # <B> symbol ... <E>
     counts = collections.Counter(lengths.tolist())
     assert set(counts) == {1, 2, 3, 4, 5}
@@ -97,7 +98,7 @@ def test_ctl_fresh_one_length_batches_are_unpadded_uniform_and_correctly_labelle
     generator = torch.Generator().manual_seed(0)
     held, seen = set(_texts(task, "iid_valid")), collections.Counter()
     for i in range(500):
-        batch = task.train_batch(8, generator, causal=False)
+        batch = task.train_batch(8, generator)
         lengths = set(batch.key_padding_mask.sum(1).tolist())
         assert len(lengths) == 1 and batch.input_ids.shape[1] == next(iter(lengths))  # no pad
         length = lengths.pop()
@@ -117,7 +118,7 @@ def test_ctl_bucketed_batches_hold_one_length_in_proportion_to_the_training_set(
     generator = torch.Generator().manual_seed(0)
     seen = collections.Counter()
     for _ in range(600):
-        batch = task.train_batch(16, generator, causal=False)
+        batch = task.train_batch(16, generator)
         lengths = set(batch.key_padding_mask.sum(1).tolist())
         assert len(lengths) == 1  # one length per batch
         seen[lengths.pop() - 3] += 1  # <B> symbol f1 .. fL <E>
@@ -142,7 +143,7 @@ def test_depth_tasks_bucketed_batches_are_training_rows_of_one_length_in_proport
     generator = torch.Generator().manual_seed(0)
     seen = collections.Counter()
     for _ in range(800):
-        batch = task.train_batch(8, generator, causal=False)
+        batch = task.train_batch(8, generator)
         assert bool(batch.key_padding_mask.all())  # one length, so no padding
         seen[batch.input_ids.shape[1]] += 1
         for row, target in zip(batch.input_ids, batch.targets[:, 0]):
@@ -151,7 +152,7 @@ def test_depth_tasks_bucketed_batches_are_training_rows_of_one_length_in_proport
     for length, count in share.items():  # within 4 standard errors of the training share
         expected = count / len(train)
         assert abs(seen[length] / 800 - expected) < 4 * (expected * (1 - expected) / 800) ** 0.5
-    mixed = _task(name, **fields).train_batch(64, torch.Generator().manual_seed(0), causal=False)
+    mixed = _task(name, **fields).train_batch(64, torch.Generator().manual_seed(0))
     assert len(set(mixed.key_padding_mask.sum(1).tolist())) > 1  # the default mixes lengths
     with pytest.raises(SglabError, match="train_sampling.*'dataset' or 'bucketed'"):
         _task(name, train_sampling="uniform")  # CTL's fresh sampler has no counterpart here
@@ -213,7 +214,7 @@ def test_a_capped_evaluation_scores_every_depth_of_a_split_stored_depth_by_depth
         logits[..., task.vocab.encode(["0"])[0]] = 1.0
         return logits
 
-    metrics = task.evaluate(constant, "iid_valid", batch_size=4, max_examples=10)
+    metrics = evaluate(constant, task, "iid_valid", batch_size=4, max_examples=10)
     assert {"iid_valid/exact_match/depth=2", "iid_valid/exact_match/depth=3"} <= set(metrics)
     labels = task.split("iid_valid").labels[scored_examples(100, 10)]
     zero = task.vocab.encode(["0"])[0]
@@ -433,7 +434,7 @@ def test_classification_tasks_need_a_classifier_model():
     with pytest.raises(SglabError, match="bidirectional"):
         task.check_model(build_run_config({}, ["model.readout=last"]).model)
     task.check_model(build_run_config({}, ["model.name=lstm"]).model)
-    batch = task.train_batch(8, torch.Generator().manual_seed(0), causal=False)
+    batch = task.train_batch(8, torch.Generator().manual_seed(0))
     assert batch.targets.shape == (8, 1) and batch.key_padding_mask.shape == batch.input_ids.shape
 
 

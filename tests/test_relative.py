@@ -5,6 +5,7 @@ import torch
 
 from sglab.analysis.hooks import watching
 from sglab.models.relative import RelativeSelfAttention, relative_sinusoids
+from sglab.train.evaluate import model_batch
 from tests.conftest import tiny_model
 
 
@@ -74,6 +75,6 @@ def test_transformer_relative_switch_trains_and_has_no_absolute_positions():
     task, model = tiny_model("model.pos_encoding=relative", "model.attention_mask=bidirectional")
     assert model.positions is None
     assert all(isinstance(block.attn, RelativeSelfAttention) for block in model.blocks)
-    batch = task.train_batch(8, torch.Generator().manual_seed(0), causal=False)
+    batch = model_batch(model, task.train_batch(8, torch.Generator().manual_seed(0)))
     logits = model(batch.input_ids, batch.key_padding_mask)
     assert logits.shape[:2] == batch.input_ids.shape and torch.isfinite(logits).all()

@@ -93,7 +93,7 @@ def _tanh_input_after_training(scored, seed, steps=25):
     optimizer = torch.optim.AdamW(net.parameters(), lr=2e-3, betas=(0.9, 0.99))
     generator = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        batch = task.train_batch(64, generator, causal=False)
+        batch = task.train_batch(64, generator)
         loss = target_loss(net(batch.input_ids, key_padding_mask=batch.key_padding_mask),
                            batch.targets)
         optimizer.zero_grad()

@@ -13,15 +13,28 @@ from sglab.models import build_model
 from sglab.models.relative import RelativeSelfAttention
 from sglab.models.seq2seq import embedding_scales, init_embedding
 from sglab.tasks import build_task
-from sglab.tasks.base import IGNORE
+from sglab.tasks.base import IGNORE, scored_examples
 from sglab.tasks.seq2seq import (
     PairSplit,
-    greedy_exact_match,
     length_sorted_parts,
     seq2seq_batch,
     sequence_exact_match,
 )
 from sglab.train import Trainer
+from sglab.train.evaluate import evaluate, greedy_decode
+
+
+def greedy_exact_match(model, task, split: str, max_examples: int | None,
+                       oracle_length: bool = False, batch_size: int = 16) -> torch.Tensor:
+    """Per example that the evaluator scores (``max_examples`` of ``split``): whether greedy
+    decoding token by token (the task's decode step, driven by the evaluator) reproduces
+    the target; ``oracle_length``: EOS suppressed, cut at the target's length."""
+    decoded = greedy_decode(model, task, split, batch_size, max_examples,
+                            oracle_length=oracle_length)
+    data = task.split(split)
+    index = scored_examples(len(data), max_examples)
+    targets = [data.target[i, : int(data.target_lengths[i])].tolist() for i in index.tolist()]
+    return sequence_exact_match(decoded, targets)
 
 
 def _config(*overrides, split="cutoff_26"):
@@ -141,11 +154,11 @@ def test_length_groups_partition_the_draw_and_cut_padding(scan_task):
     for groups in (1, 8):
         task = build_task(_config(f"task.length_groups={groups}").task)
         generator = torch.Generator().manual_seed(0)
-        batches = [task.train_batch(64, generator, True) for _ in range(20)]
+        batches = [task.train_batch(64, generator) for _ in range(20)]
         padded[groups] = sum(int((b.targets == IGNORE).sum()) for b in batches)
         task.splits["train"] = task.splits["train"].subset(torch.arange(8))
         counts[groups] = Counter(tuple(row[row > 0].tolist()) for _ in range(4000)
-                                 for row in task.train_batch(8, generator, True).source_ids)
+                                 for row in task.train_batch(8, generator).source_ids)
     assert padded[8] < 0.5 * padded[1]
     for groups in (1, 8):  # 32000 draws of 8 examples (4000 each expected)
         frequency = torch.tensor(list(counts[groups].values())) / 4000
@@ -195,15 +208,14 @@ def test_one_pass_scorer_agrees_with_token_by_token_greedy_decoding(tmp_path):
                      "task.eval_oracle_length=true", "model.pos_encoding=relative",
                      "train.threads=1")
     Trainer(config, tmp_path, printer=None).run()
-    from sglab.tasks.base import scored_examples
     from sglab.train.loop import load_trained
 
     _, task, model = load_trained(tmp_path / config.run_id())
     for name in ("iid_valid", "ood_test"):
         split = task.split(name).subset(scored_examples(len(task.split(name)), 32))
-        metrics = task.evaluate(model, name, batch_size=16, max_examples=32)
+        metrics = evaluate(model, task, name, batch_size=16, max_examples=32)
         for oracle, key in ((False, "exact_match"), (True, "oracle_exact_match")):
-            greedy = greedy_exact_match(model, split, task.eos_id, oracle_length=oracle)
+            greedy = greedy_exact_match(model, task, name, 32, oracle_length=oracle)
             assert metrics[f"{name}/{key}"] == pytest.approx(float(greedy.float().mean()))
         # per example: greedy decoding follows the target up to the first position where
         # the teacher-forced argmax is wrong, and emits that argmax there
@@ -211,6 +223,9 @@ def test_one_pass_scorer_agrees_with_token_by_token_greedy_decoding(tmp_path):
         forced = model(batch.input_ids, **batch.model_inputs()).argmax(-1)
         steps = int(split.target_lengths.max()) + 1
         decoded = model.generate(batch.source_ids, batch.source_mask, steps, task.eos_id)
+        # the evaluator's decoding stops a row after target length + 1 tokens
+        cut = [out[: int(n) + 1] for out, n in zip(decoded, split.target_lengths)]
+        assert greedy_decode(model, task, name, 16, 32) == cut
         first_errors = []
         for i, out in enumerate(decoded):
             n = int(split.target_lengths[i]) + 1

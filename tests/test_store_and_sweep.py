@@ -97,3 +97,29 @@ def test_sweep_can_start_from_an_experiment_preset(tmp_path):
     assert row["config"]["task"]["train_size"] == 300
     assert main(["sweep", str(spec_path), "--preset", "symmetry", "--runs-dir",
                  str(tmp_path / "runs")]) == 2
+
+
+def test_runs_csv_has_the_rows_of_the_table(tmp_path, capsys):
+    import csv
+    import io
+
+    spec = SweepSpec(name="c", base=TINY, grid={"model.pos_encoding": ["learned", "none"]})
+    run_configs(expand(spec), tmp_path, workers=1, tag="sweep/c", printer=lambda _: None)
+    capsys.readouterr()
+    assert main(["runs", "--runs-dir", str(tmp_path), "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["status"] for row in rows] == ["finished", "finished"]
+    assert {row["run_id"] for row in rows} == {c.run_id() for c in expand(spec)}
+    assert all(row["step"] == "10" and row["tag"] == "sweep/c" for row in rows)
+    assert all(row["target_metric"] == "iid_test/exact_match" and float(row["value"]) >= 0
+               for row in rows)
+    assert main(["runs", "--runs-dir", str(tmp_path), "--csv", "--json"]) == 2
+
+
+def test_version_prints_the_version_and_source_hash(capsys):
+    from sglab import __version__
+    from sglab.provenance import source_hash
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"sglab {__version__} (source {source_hash()}")

@@ -61,3 +61,86 @@ def test_sigkill_of_a_pool_sweep_kills_its_workers(tmp_path):
     for pid in survivors:  # do not leave them running if the test fails
         os.kill(pid, signal.SIGKILL)
     assert survivors == []
+
+
+def _long_sweep(tmp_path, name: str) -> subprocess.Popen:
+    """A sweep of two long tiny runs on a pool of 2 workers, in its own process group (as a
+    terminal runs a command, so that a Ctrl-C reaches every process of it)."""
+    long = {**TINY, "train": {**TINY["train"], "steps": 100_000, "log_interval": 50,
+                              "eval_interval": 100_000, "checkpoint_interval": 100_000}}
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(json.dumps({"name": name, "base": long,
+                                "grid": {"model.pos_encoding": ["learned", "none"]}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sglab.cli", "sweep", str(spec), "--workers", "2",
+         "--no-ensemble", "--threads", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True)
+
+
+def _wait_until_both_train(sweep: subprocess.Popen) -> list[str]:
+    training, seen = set(), []
+    for line in sweep.stdout:
+        seen.append(line)
+        if " step 50/" in line:
+            training.add(line.split("]")[0])
+        if len(training) == 2:
+            return seen
+    raise AssertionError(f"the sweep ended (rc {sweep.wait()}) before both runs trained:\n"
+                         + "".join(seen[-20:]))
+
+
+@pytest.mark.parametrize("whom", ["group", "parent"])
+def test_ctrl_c_of_a_pool_sweep_checkpoints_every_run_and_exits_130(tmp_path, whom):
+    # group: Ctrl-C in a terminal (SIGINT to the sweep and its workers); parent: kill -INT
+    sweep = _long_sweep(tmp_path, f"ctrl-c-{whom}")
+    try:
+        _wait_until_both_train(sweep)
+        if whom == "group":
+            os.killpg(sweep.pid, signal.SIGINT)
+        else:
+            sweep.send_signal(signal.SIGINT)
+        output, _ = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    assert sweep.returncode == 130, output
+    assert "Traceback" not in output and "BrokenProcessPool" not in output, output
+    assert "interrupted: 2 run(s) checkpointed" in output, output
+    assert "resume with: the same command" in output, output
+    for summary_path in (tmp_path / "runs").glob("*/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        assert summary["status"] == "interrupted", summary
+        import torch
+
+        checkpoint = torch.load(summary_path.parent / "checkpoints" / "last.pt", weights_only=True)
+        assert checkpoint["step"] == summary["step"] >= 50
+    assert len(list((tmp_path / "runs").glob("*/summary.json"))) == 2
+
+
+def test_a_sweep_piped_to_head_stops_quietly_and_fails_no_run(tmp_path):
+    # `sglab sweep ... | head -3`: the reader goes away; the workers' runs must not be
+    # recorded as failed (BrokenPipeError), and nothing prints a traceback
+    quick = {**TINY, "train": {**TINY["train"], "steps": 300, "log_interval": 5,
+                               "eval_interval": 100, "checkpoint_interval": 100}}
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(json.dumps({"name": "piped", "base": quick,
+                                "grid": {"model.pos_encoding": ["learned", "none"]}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "sglab.cli", "sweep", str(spec), "--workers", "2",
+         "--no-ensemble", "--threads", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for _ in range(3):
+        sweep.stdout.readline()
+    sweep.stdout.close()  # as `head -3` exits
+    errors = sweep.stderr.read()
+    assert sweep.wait(timeout=300) in (0, 1), errors
+    assert "Traceback" not in errors and "Exception ignored" not in errors, errors
+    statuses = [json.loads(p.read_text())["status"]
+                for p in (tmp_path / "runs").glob("*/summary.json")]
+    assert "failed" not in statuses and statuses, statuses

@@ -28,6 +28,7 @@ from sglab.tasks.text_corpora import (
     load_wikitext103,
 )
 from sglab.train import Trainer
+from sglab.train.evaluate import evaluate
 
 SYLLABLES = ("ba be bi bo ca co de di fa fe ga go ha he la le li lo ma me mi mo na ne no pa pe "
              "ra re ri ro sa se si so ta te ti to va ve za").split()
@@ -83,7 +84,8 @@ def test_enwik8_splits_at_exact_byte_counts(tmp_path):
         joined = torch.cat([task.splits[s] for s in ("train", "iid_valid", "iid_test")])
         assert torch.equal(joined.long() - 1, torch.tensor(list(data)))
         assert task.splits["iid_valid"][0] == data[1819] + 1 and len(task.vocab) == 257
-    metrics = task.evaluate(lambda ids: torch.zeros(*ids.shape, 257), "iid_test", batch_size=4)
+    metrics = evaluate(lambda ids, **inputs: torch.zeros(*ids.shape, 257), task, "iid_test",
+                       batch_size=4)
     assert metrics["iid_test/bpb"] == pytest.approx(math.log2(257))
 
 
@@ -132,7 +134,7 @@ def test_wikitext_tokenizer_splits_and_round_trip(tmp_path):
                                  context=16))
     assert len(task.vocab) == 101 and task.vocab.tokens[0] == "<pad>"
     assert task.decode(task.encode(valid[3])) == normalized(valid[3])
-    batch = task.train_batch(4, torch.Generator().manual_seed(0), causal=True)
+    batch = task.train_batch(4, torch.Generator().manual_seed(0))
     assert batch.input_ids.dtype == torch.long and torch.equal(batch.input_ids[:, 1:],
                                                                batch.targets[:, :-1])
 

@@ -14,6 +14,7 @@ from sglab.errors import SglabError
 from sglab.tasks import build_task
 from sglab.tasks.text import KJV_SHA256, TextConfig, load_corpus
 from sglab.train import Trainer
+from sglab.train.evaluate import evaluate
 
 FIXTURE = Path(__file__).parent / "fixtures" / "text" / "tiny.txt"
 FIXTURE_SHA = hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
@@ -38,7 +39,7 @@ def test_splits_are_contiguous_90_5_5_byte_tokens():
 
 def test_batches_are_shifted_windows_of_the_train_split():
     task = _task()
-    batch = task.train_batch(4, torch.Generator().manual_seed(0), causal=True)
+    batch = task.train_batch(4, torch.Generator().manual_seed(0))
     assert batch.input_ids.shape == (4, 32)
     assert torch.equal(batch.input_ids[:, 1:], batch.targets[:, :-1])
     train = task.splits["train"].tolist()
@@ -51,23 +52,23 @@ def test_batches_are_shifted_windows_of_the_train_split():
 def test_metrics_of_a_uniform_model_and_an_oracle():
     task = _task()
 
-    def uniform(ids):
+    def uniform(ids, key_padding_mask=None):
         return torch.zeros(*ids.shape, 257)
 
-    m = task.evaluate(uniform, "iid_valid", batch_size=8)
+    m = evaluate(uniform, task, "iid_valid", batch_size=8)
     assert m["iid_valid/loss"] == pytest.approx(math.log(257), rel=1e-6)
     assert m["iid_valid/bpb"] == pytest.approx(math.log2(257), rel=1e-6)
     assert m["iid_valid/ppl"] == pytest.approx(257, rel=1e-5)
     windows = task.windows("iid_test")
 
-    def oracle(ids):  # knows the next byte of each evaluation window
+    def oracle(ids, key_padding_mask=None):  # knows the next byte of each evaluation window
         row = next(i for i in range(len(windows)) if torch.equal(windows[i, :-1], ids[0]))
         logits = torch.full((*ids.shape, 257), -30.0)
         for r in range(ids.shape[0]):
             logits[r, torch.arange(ids.shape[1]), windows[row + r, 1:]] = 30.0
         return logits
 
-    m = task.evaluate(oracle, "iid_test", batch_size=4, max_examples=6)
+    m = evaluate(oracle, task, "iid_test", batch_size=4, max_examples=6)
     assert m["iid_test/accuracy"] == 1.0 and m["iid_test/bpb"] < 1e-6
 
 

@@ -35,7 +35,7 @@ def _train(config, task, model, steps=5):
     optimizer = make_optimizer(model, train, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
     for _ in range(steps):
-        batch = task.train_batch(8, generator, causal=False)
+        batch = task.train_batch(8, generator)
         loss = target_loss(model(batch.input_ids, key_padding_mask=batch.key_padding_mask),
                              batch.targets)
         optimizer.zero_grad()
@@ -92,7 +92,7 @@ def test_uniform_attention_model_computes_the_formula_exactly():
     config, task, model = topic_model("model.d_model=6", "model.uniform_attention=true")
     with torch.no_grad():
         model.output_bias.normal_()
-    x = task.train_batch(5, torch.Generator().manual_seed(1), causal=False)
+    x = task.train_batch(5, torch.Generator().manual_seed(1))
     out = model(x.input_ids, key_padding_mask=x.key_padding_mask)
     W_E = model.tok_emb.weight.detach().T  # (d, D): columns are embeddings
     W_V = _views(model)["W_V"]
@@ -116,7 +116,7 @@ def test_uniform_attention_model_computes_the_formula_exactly():
 
 def test_general_attention_matches_a_direct_softmax_computation():
     config, task, model = topic_model("model.d_model=6", "model.init=gamma", "model.init_gamma=0.3")
-    x = task.train_batch(3, torch.Generator().manual_seed(2), causal=False)
+    x = task.train_batch(3, torch.Generator().manual_seed(2))
     out = model(x.input_ids, key_padding_mask=x.key_padding_mask)
     views = _views(model)
     W_E = model.tok_emb.weight.detach().T

@@ -128,15 +128,15 @@ def test_batches_are_deterministic_and_held_out_documents_fixed():
     cfg = topics_config("task.min_length=20", "task.max_length=30").task
     a, b = build_task(cfg), build_task(cfg)
     assert torch.equal(a.documents["iid_test"].tokens, b.documents["iid_test"].tokens)
-    assert torch.equal(a.eval_batches["iid_test"].input_ids, b.eval_batches["iid_test"].input_ids)
-    x = a.train_batch(8, torch.Generator().manual_seed(3), causal=False)
-    y = b.train_batch(8, torch.Generator().manual_seed(3), causal=False)
+    assert torch.equal(a.masked["iid_test"].input_ids, b.masked["iid_test"].input_ids)
+    x = a.train_batch(8, torch.Generator().manual_seed(3))
+    y = b.train_batch(8, torch.Generator().manual_seed(3))
     assert torch.equal(x.input_ids, y.input_ids) and torch.equal(x.targets, y.targets)
     other = build_task(topics_config("task.min_length=20", "task.max_length=30",
                                      "task.data_seed=1").task)
     assert not torch.equal(other.documents["iid_test"].tokens, a.documents["iid_test"].tokens)
     fixed = build_task(topics_config("task.train_documents=50").task)
-    batch = fixed.train_batch(64, torch.Generator().manual_seed(0), causal=False)
+    batch = fixed.train_batch(64, torch.Generator().manual_seed(0))
     train_rows = {tuple(r.tolist()) for r in fixed.documents["train"].tokens}
     assert all(tuple(r.tolist()) in train_rows for r in
                torch.where(batch.targets != IGNORE, batch.targets, batch.input_ids))

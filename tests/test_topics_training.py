@@ -71,7 +71,8 @@ def test_weight_norms_are_logged_at_every_evaluation(tmp_path):
     assert records[-1]["weight_norm/output_bias"] == pytest.approx(
         float(weights["output_bias"].norm()))
     assert records[-1]["iid_test/squared_loss"] < records[0]["iid_test/squared_loss"]
-    assert summary["final"]["iid_test/accuracy"] >= 0
+    assert summary["final"] == records[-1] and summary["final"]["step"] == 20  # the last one
+    assert 0 < summary["final"]["iid_test/accuracy"] <= 1
 
 
 def test_unknown_weight_norm_name_is_an_error_before_anything_is_written(tmp_path):

@@ -14,6 +14,7 @@ from sglab.models import build_model
 from sglab.models.masked import gumbel_sigmoid
 from sglab.tasks import build_task
 from sglab.train.ensemble import ensemble_key
+from sglab.train.evaluate import evaluate
 from sglab.train.loop import Trainer, train
 
 
@@ -271,7 +272,7 @@ def test_modular_tasks_answers_and_all_digit_exact_match():
             answers[data["op"][rows] == 1, 1] = 0  # padding: a wrong digit
             return torch.nn.functional.one_hot(answers, 13).float()
 
-    metrics = task.evaluate(Oracle(), "iid_test", 128)
+    metrics = evaluate(Oracle(), task, "iid_test", 128)
     assert metrics["iid_test/exact_match/op=add"] == 1.0
     assert metrics["iid_test/exact_match/op=mul"] == 0.0
     mul_only = build_task(build_run_config({"task": {"name": "add_mul", "subset": "mul"},
@@ -284,7 +285,7 @@ def test_double_add_pair_subset_zeroes_the_other_pair():
                                         "train_size": 100, "valid_size": 50},
                                "model": {"name": "fnn", "outputs": 4, "passes": "per_pair"}})
     task = build_task(config.task)
-    batch = task.train_batch(16, torch.Generator().manual_seed(0), False)
+    batch = task.train_batch(16, torch.Generator().manual_seed(0))
     assert bool((batch.input_ids[:, 4:] == 0).all()) and bool((batch.targets[:, 2:] == -100).all())
     model = build_model(config.model, len(task.vocab), task.max_length)
     ids = task.split("iid_test")["tokens"][:8]

@@ -18,6 +18,7 @@ from sglab.models.masked import MaskedConfig, MaskedModel
 from sglab.registry import experiment
 from sglab.tasks import build_task
 from sglab.tasks.digits import load_images, pixel_permutation, split_indices
+from sglab.train.evaluate import evaluate
 
 CLAIMS = ["full-mask-keeps-accuracy", "removed-class-drops-most",
           "removed-class-drops-more-than-any-other", "mask-seeds-agree"]
@@ -57,11 +58,11 @@ def test_digits_split_is_stratified_disjoint_and_deterministic():
 
 def test_remove_class_leaves_training_only():
     task = digits(remove_class=3)
-    batch = task.train_batch(4000, torch.Generator().manual_seed(0), False)
+    batch = task.train_batch(4000, torch.Generator().manual_seed(0))
     assert batch.input_ids.shape == (4000, 64) and batch.targets.shape == (4000, 1)
     assert not bool((batch.targets == 3).any())
     assert set(batch.targets.unique().tolist()) == set(range(10)) - {3}
-    full = digits().train_batch(4000, torch.Generator().manual_seed(0), False)
+    full = digits().train_batch(4000, torch.Generator().manual_seed(0))
     assert bool((full.targets == 3).any())
     assert bool((task.split("iid_test")["labels"] == 3).any())
 
@@ -69,7 +70,7 @@ def test_remove_class_leaves_training_only():
         def forward(self, ids, key_padding_mask=None):
             return torch.nn.functional.one_hot(torch.full((len(ids), 1), 3), 10).float()
 
-    metrics = task.evaluate(Always3(), "iid_test", 64)
+    metrics = evaluate(Always3(), task, "iid_test", 64)
     labels = task.split("iid_test")["labels"]
     assert metrics["iid_test/tpr/class=3"] == 1.0 and metrics["iid_test/tpr/class=0"] == 0.0
     assert metrics["iid_test/exact_match"] == pytest.approx(float((labels == 3).float().mean()))

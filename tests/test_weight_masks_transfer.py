@@ -115,7 +115,7 @@ def test_training_moves_only_free_weights_and_the_frozen_set_is_honoured(chain):
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.5)
     generator = torch.Generator().manual_seed(0)
     for _ in range(3):  # weight decay would move every stored entry; the frozen ones hold
-        batch = task.train_batch(32, generator, False)
+        batch = task.train_batch(32, generator)
         loss = torch.nn.functional.cross_entropy(model(batch.input_ids)[:, 0],
                                                  batch.targets[:, 0]) + model.aux_loss
         optimizer.zero_grad()

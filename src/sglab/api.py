@@ -19,7 +19,7 @@ from typing import Any
 
 from sglab.config import RunConfig, build_run_config
 from sglab.errors import SglabError
-from sglab.store import RunStore, read_metrics
+from sglab.store import COLUMNS, RunStore, read_metrics
 
 
 def train_run(config: RunConfig | dict, runs_dir: str | Path = "runs",
@@ -60,7 +60,15 @@ class Run:
         ``best`` or ``step_<N>``), built without generating the task's data."""
         from sglab.train.loop import load_model
 
-        return load_model(self.path, which)[1]
+        try:
+            return load_model(self.path, which)[1]
+        except RuntimeError as exc:
+            if "state_dict" not in str(exc):
+                raise
+            raise SglabError(
+                f"checkpoint {str(self.path / 'checkpoints' / f'{which}.pt')!r} does not fit the "
+                f"model of the run's config ({' '.join(str(exc).split())[:300]}): it was "
+                "written by other code (a parameter renamed or reshaped since)") from None
 
 
 def load_run(path: str | Path) -> Run:
@@ -75,10 +83,29 @@ def load_run(path: str | Path) -> Run:
     return Run(path, config, summary, read_metrics(path), read_metrics(path, kind="train"))
 
 
-def runs(runs_dir: str | Path = "runs", where: list[str] | None = None) -> list[dict[str, Any]]:
+def runs(runs_dir: str | Path = "runs", where: list[str] | None = None,
+         as_frame: bool = False) -> Any:
     """Indexed runs matching every ``where`` filter (as ``sglab runs --where``): dicts with
-    the store's columns plus ``config`` and ``summary``."""
-    return RunStore(runs_dir).query(list(where or []))
+    the store's columns plus ``config`` and ``summary``, as the runs stand now (a running
+    run's last step; ``interrupted`` when its trainer is gone, as `sglab runs` shows them).
+
+    ``as_frame=True``: a pandas DataFrame instead, one row per run, with the store's columns
+    and the config and summary flattened into dotted columns (``config.model.pos_encoding``,
+    ``summary.final.iid_test/exact_match``). Needs pandas (``pip install pandas``)."""
+    store = RunStore(runs_dir)
+    rows = store.current(store.query(list(where or [])))
+    if not as_frame:
+        return rows
+    try:
+        import pandas
+    except ImportError:
+        raise SglabError("runs(..., as_frame=True) needs pandas, which is not installed: "
+                         "pip install pandas (or pip install 'sglab[test]'); or call runs() "
+                         "without as_frame for a list of dicts") from None
+    columns = [*COLUMNS, "config", "summary"]
+    if not rows:
+        return pandas.DataFrame(columns=columns)
+    return pandas.json_normalize(rows, sep=".")
 
 
 __all__ = ["Run", "load_run", "runs", "train_run"]

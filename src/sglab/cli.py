@@ -5,7 +5,9 @@ Errors a user can cause are printed without a traceback and exit with status 2.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -33,11 +35,57 @@ Backend = Annotated[str, typer.Option(
     help="local (process pool on this machine) | ray (a Ray cluster; pip install "
          "'sglab\\[ray]')")]
 Address = Annotated[str | None, typer.Option(
-    help="Ray cluster address (ray backend; default: start a local Ray instance).")]
+    help="Ray cluster address (ray backend), e.g. 10.0.0.5:6379 or ray://10.0.0.5:10001; "
+         "an address that does not answer within $SGLAB_RAY_CONNECT_TIMEOUT seconds (default "
+         "30) is an error. Without --address Ray joins a cluster already running on this host "
+         "if there is one (the RAY_ADDRESS variable, or one started with `ray start`), else "
+         "starts a local instance; pass --address local (and unset RAY_ADDRESS) to always "
+         "start a fresh local instance.")]
 
 
 def _out(line: str) -> None:
     print(line, flush=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from sglab.provenance import describe, provenance
+
+        _out(f"sglab {describe(provenance())}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print sglab's version and the hash of its source (and git commit), and exit.")]
+        = False) -> None:
+    pass
+
+
+def _check_out_dir(out: Path, option: str = "--out") -> None:
+    """Refuse, before anything runs, an output directory that cannot be made or written."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SglabError(f"{option} {str(out)!r} is a file, not a directory; pass {option} a "
+                         "directory")
+    existing = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise SglabError(f"{option} {str(out)!r} cannot be made: {str(existing)!r} is a file; "
+                         f"pass {option} a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SglabError(f"{option} {str(out)!r} cannot be written ({str(existing)!r} is not "
+                         f"writable for you); pass {option} a directory you can write")
+
+
+def _write_report(out: Path, write):
+    """``write()`` (which writes a report into ``out``), a failed write as one message."""
+    try:
+        return write()
+    except OSError as exc:
+        raise SglabError(f"cannot write the report to {str(out)!r}: {exc.strerror or exc}"
+                         + (f" ({exc.filename})" if exc.filename else "")
+                         + "; pass --out a writable directory with free space") from None
 
 
 @app.command("list")
@@ -78,29 +126,44 @@ def train(
     """Train one run (or resume one with --resume RUN_ID, or train a finished one on with
     --extend RUN_ID --steps N)."""
     from sglab.config import build_run_config, load_yaml
-    from sglab.store import RunStore, runs_dir_from
-    from sglab.train.loop import ENSEMBLE_SUFFIX, Trainer, load_run_config
+    from sglab.store import RunStore, run_dir_of, runs_dir_from
+    from sglab.train.loop import ENSEMBLE_SUFFIX, Trainer, execution_run_id, load_run_config
 
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
     if (extend is None) != (steps is None):
         raise SglabError("--extend RUN_ID and --steps N go together: "
                          "`sglab train --extend RUN_ID --steps N`")
-    if extend:
-        if config or task or model or set_ or preset or resume:
+    if out:
+        _check_out_dir(out)
+    # an option given empty (--resume "$UNSET") is an error, never "no option"
+    if extend is not None:
+        if config or task or model or set_ or preset or resume is not None:
             raise SglabError("--extend takes the config stored with the run and changes only "
                              "train.steps; drop the other options")
         from sglab.train.extend import extend_run
 
-        cfg = extend_run(root, extend, steps)
+        source = run_dir_of(root, extend, "--extend")
+        try:
+            cfg = extend_run(root, extend, steps)
+        except (RuntimeError, ValueError) as exc:
+            if not _is_state_mismatch(exc):
+                raise
+            raise _checkpoint_mismatch(exc, source / "checkpoints" / "last.pt", source) from None
         _out(f"extending {extend} to {steps} steps as run {cfg.run_id()}")
         resume = cfg.run_id()
-    elif resume:
+    elif resume is not None:
         if config or task or model or set_ or preset:
             raise SglabError("--resume takes the config stored with the run; drop the other options")
-        run_dir = root / resume
-        if not run_dir.is_dir():
-            raise SglabError(f"no run {resume!r} in {str(root)!r}; list runs with `sglab runs`")
+        run_dir = run_dir_of(root, resume, "--resume")
         cfg = load_run_config(run_dir)
+        stored_id = execution_run_id(
+            cfg, "ensemble" if resume.endswith(ENSEMBLE_SUFFIX) else "alone")
+        if stored_id != resume:
+            raise SglabError(
+                f"run directory {str(run_dir)!r} holds the config of run {stored_id}, not of "
+                f"{resume} (renamed or copied?), so training would go to {stored_id}: rename "
+                f"the directory back to {stored_id}, or train its config as a new run with "
+                f"`sglab train --config {run_dir / 'config.yaml'}`")
     else:
         base: dict = load_yaml(config) if config else {}
         if preset:
@@ -111,14 +174,19 @@ def train(
         if model:
             extra.insert(0, f"model.name={model}")
         cfg = build_run_config(base, extra)
-    if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
-        from sglab.train.ensemble import EnsembleTrainer
+    try:
+        if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
+            from sglab.train.ensemble import EnsembleTrainer
 
-        trainer = Trainer(cfg, root, execution="ensemble")
-        summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
-    else:
-        trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
-        summary = trainer.run(resume=bool(resume))
+            trainer = Trainer(cfg, root, execution="ensemble")
+            summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
+        else:
+            trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
+            summary = trainer.run(resume=bool(resume))
+    except (RuntimeError, ValueError) as exc:
+        if not _is_state_mismatch(exc):
+            raise
+        raise _checkpoint_mismatch(exc, trainer.checkpoint_path, trainer.run_dir) from None
     if summary["status"] == "failed":
         raise SglabError(f"run {summary['run_id']} failed at step {summary['step']}: "
                          f"{summary.get('error')}")
@@ -126,7 +194,28 @@ def train(
     if out:
         from sglab.report.run import run_report
 
-        _out(f"report: {run_report(trainer.run_dir, out)}")
+        _out(f"report: {_write_report(out, lambda: run_report(trainer.run_dir, out))}")
+
+
+def _is_state_mismatch(exc: BaseException) -> bool:
+    """torch's error for a state dict (model or optimizer) that does not fit its module."""
+    text = str(exc)
+    return "Error(s) in loading state_dict" in text or "loaded state dict" in text
+
+
+def _checkpoint_mismatch(exc: BaseException, path: Path, run_dir: Path) -> SglabError:
+    """torch's state_dict key or shape mismatch, as one message naming the checkpoint."""
+    return SglabError(
+        f"checkpoint {str(path)!r} does not fit the model of the run's config "
+        f"({_first_lines(exc)}): it was written by other code (a parameter renamed or reshaped "
+        f"since). Train it with the sglab that wrote it, or delete {str(run_dir)!r} to train "
+        "the run again")
+
+
+def _first_lines(exc: BaseException, limit: int = 300) -> str:
+    """The message of ``exc`` on one line, cut at ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _experiment_preset(spec: str, where: str):
@@ -170,6 +259,7 @@ def run(
 
     experiment = registry.experiment(name)
     out_dir = out or Path("results") / name / preset
+    _check_out_dir(out_dir)
     results = run_experiment(experiment, preset, out_dir, runs_dir_from(
         str(runs_dir) if runs_dir else None), workers=workers, threads=threads, seeds=seeds,
         overrides=list(set_ or []), printer=_out, ensemble=not no_ensemble, backend=backend,
@@ -204,14 +294,54 @@ def sweep(
         spec_data.base = _preset_base(preset, spec_data.base)
     configs = expand(spec_data, list(set_ or []))
     root = runs_dir_from(str(runs_dir) if runs_dir else None)
+    out_dir = out or Path("results") / spec_data.name
+    source = {"name": spec_data.name, "file": str(spec.resolve()), "preset": preset,
+              "set": list(set_ or [])}
+    _check_out_dir(out_dir)
+    _check_sweep_out(out_dir, source, out is None)
     tag = f"sweep/{spec_data.name}"
     summaries = train_configs(configs, root, backend=backend, address=address, workers=workers,
                               threads=threads, tag=tag, quiet=backend == "ray", printer=_out,
                               ensemble=not no_ensemble)
-    out_dir = out or Path("results") / spec_data.name
-    _out(f"report: {sweep_report(spec_data, configs, summaries, out_dir)}")
+    path = _write_report(out_dir, lambda: sweep_report(spec_data, configs, summaries, out_dir,
+                                                       source=source))
+    _out(f"report: {path}")
     if any(s.get("status") != "finished" for s in summaries):
         raise SglabError("some runs failed (see the report); rerun the sweep to retry them")
+
+
+def _check_sweep_out(out_dir: Path, source: dict, default_out: bool) -> None:
+    """Refuse to write a sweep's report over another sweep's (or an experiment's) report in
+    ``out_dir``: the same sweep rerun (same name, sweep file, preset and --set) may."""
+    results = out_dir / "results.json"
+    if not results.is_file():
+        return
+    try:
+        found = json.loads(results.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        found = None
+    owner = found.get("sweep") if isinstance(found, dict) else None
+    if owner == source:
+        return
+    if isinstance(found, dict) and owner is None and found.get("title") == f"sweep {source['name']}":
+        return  # written before reports recorded their sweep: a rerun of the same name
+    if isinstance(owner, dict):
+        who = (f"sweep {owner.get('name')!r} (file {owner.get('file')}"
+               + (f", --preset {owner['preset']}" if owner.get("preset") else "")
+               + (f", --set {' '.join(owner['set'])}" if owner.get("set") else "") + ")")
+    elif isinstance(found, dict) and found.get("experiment"):
+        who = f"experiment {found['experiment']} (preset {found.get('preset')})"
+    elif isinstance(found, dict):
+        who = repr(str(found.get("title", "another command"))[:80])
+    else:
+        who = "something else (its results.json cannot be read)"
+    this = (f"sweep {source['name']!r} (file {source['file']}"
+            + (f", --preset {source['preset']}" if source.get("preset") else "")
+            + (f", --set {' '.join(source['set'])}" if source.get("set") else "") + ")")
+    how = ("give the sweep its own `name:` (the default --out is results/NAME) or pass --out DIR"
+           if default_out else "pass another --out DIR")
+    raise SglabError(f"{str(out_dir)!r} holds the report of {who}; this {this} would overwrite "
+                     f"it. To keep both, {how}; to replace it, delete {str(out_dir)!r} first")
 
 
 @app.command()
@@ -220,32 +350,51 @@ def runs(
         "--where", help="Filter KEY=VALUE / KEY>VALUE on a column, config path or "
                         "final.METRIC (repeatable).")] = None,
     runs_dir: RunsDir = None,
-    reindex: Annotated[bool, typer.Option(help="Rebuild the index from run directories first.")] = False,
+    reindex: Annotated[bool, typer.Option(
+        help="Rebuild the index from run directories first (also the way to repair a damaged "
+             "runs.db; runs whose directory is gone leave it).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the table's rows as CSV.")] = False,
 ):
-    """Query the run store."""
+    """Query the run store. A running run shows the step of its last record; one whose
+    trainer is gone (killed) shows as interrupted."""
     from sglab.store import RunStore, format_labels, runs_dir_from
     from sglab.sweep.jobs import target_value
 
+    if as_json and as_csv:
+        raise SglabError("--json and --csv are two formats; choose one")
     store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
     if reindex:
         def skipped(line: str) -> None:
             print(f"skipped {line}", file=sys.stderr, flush=True)
 
-        _out(f"indexed {store.reindex(skipped=skipped)} runs")
-    rows = store.query(list(where or []))
+        def note(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        _out(f"indexed {store.reindex(skipped=skipped, note=note)} runs")
+    rows = store.current(store.query(list(where or [])))
     if as_json:
         for row in rows:
             _out(json.dumps(row))
         return
-    _out(f"{'run_id':44s} {'status':9s} {'step':>6s} {'target metric':>24s} {'value':>7s} "
-         "tag / labels")
+    table = []
     for row in rows:
         metric, final = target_value(row["summary"])
-        shown = f"{final:.4f}" if isinstance(final, float) else "-"
-        labels = format_labels(row["summary"].get("labels") or {})
-        _out(f"{row['run_id']:44s} {row['status'] or '-':9s} {row['step'] or 0:>6d} "
-             f"{metric or '-':>24s} {shown:>7s} {row['tag'] or ''}"
+        table.append([row["run_id"], row["status"] or "-", row["step"] or 0, metric or "-",
+                      f"{final:.4f}" if isinstance(final, float) else "-", row["tag"] or "",
+                      format_labels(row["summary"].get("labels") or {})])
+    if as_csv:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["run_id", "status", "step", "target_metric", "value", "tag", "labels"])
+        writer.writerows(table)
+        sys.stdout.flush()
+        return
+    _out(f"{'run_id':44s} {'status':11s} {'step':>6s} {'target metric':>24s} {'value':>7s} "
+         "tag / labels")
+    for run_id, status, step, metric, shown, tag, labels in table:
+        _out(f"{run_id:44s} {status:11s} {step:>6d} {metric:>24s} {shown:>7s} {tag}"
              + (f" [{labels}]" if labels else ""))
     _out(f"{len(rows)} run(s)")
 
@@ -258,15 +407,24 @@ def report(path: Annotated[Path, typer.Argument(help="Experiment/sweep output di
     from sglab.report.run import run_report
 
     if (path / "results.json").is_file():
-        results = json.loads((path / "results.json").read_text())
+        try:
+            results = json.loads((path / "results.json").read_bytes().decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SglabError(f"{str(path / 'results.json')!r} cannot be read ({_first_lines(exc)}); "
+                             "rerun the experiment or sweep that wrote it") from None
+        if not isinstance(results, dict):
+            raise SglabError(f"{str(path / 'results.json')!r} does not hold a JSON object; rerun "
+                             "the experiment or sweep that wrote it")
         if out and out != path:
             raise SglabError("an experiment report is rebuilt in place; drop --out")
-        _out(f"report: {write_report(results, path)}")
+        _out(f"report: {_write_report(path, lambda: write_report(results, path))}")
     elif (path / "summary.json").is_file():
         from sglab.train.loop import read_summary_file
 
         read_summary_file(path)  # a damaged summary is a clear error
-        _out(f"report: {run_report(path, out or path)}")
+        if out:
+            _check_out_dir(out)
+        _out(f"report: {_write_report(out or path, lambda: run_report(path, out or path))}")
     else:
         raise SglabError(f"{str(path)!r} has neither results.json (experiment or sweep output) "
                          "nor summary.json (run directory)")
@@ -386,23 +544,78 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
     return None
 
 
+# errors of the machine a command runs on, not of sglab: one line each, exit 2
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM,
+                       errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG,
+                       errno.EIO, errno.EMFILE, errno.ENFILE}
+
+
+def _environment_error(exc: BaseException) -> str | None:
+    """One line for an error of the machine (disk full, permissions, out of memory) found in
+    ``exc``'s chain, or None."""
+    oserror = _cause(exc, OSError)
+    if oserror is not None and oserror.errno in _ENVIRONMENT_ERRNOS:
+        where = f" ({oserror.filename})" if oserror.filename else ""
+        if oserror.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return (f"no space left to write{where}: {oserror.strerror}. Nothing half-written "
+                    "was kept; free some space (or pass --runs-dir / --out on another disk) and "
+                    "rerun the same command: a run goes on from its last checkpoint")
+        return (f"{oserror.strerror or oserror}{where}; check the path and its permissions "
+                "(or pass --runs-dir / --out elsewhere) and rerun the same command")
+    memory = _cause(exc, MemoryError)
+    runtime = _cause(exc, RuntimeError)
+    text = str(runtime).lower() if runtime is not None else ""
+    if memory is not None or "out of memory" in text or "not enough memory" in text:
+        what = _first_lines(runtime, 200) if runtime is not None else "MemoryError"
+        return (f"out of memory ({what}): a batch does not fit. Lower train.batch_size (and "
+                "train.eval_batch_size) or the model size with --set (that is a new run), or "
+                "free memory and rerun the same command (a run goes on from its last "
+                "checkpoint)")
+    return None
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe (output piped to `head`): send what is left to /dev/null, so that
+    flushing at exit raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Usage errors exit 2 (click); SglabError prints its message and exits 2."""
     try:
-        app(args=argv)
-    except SystemExit as exc:  # click ends every command with one
-        interrupt = _cause(exc, KeyboardInterrupt)  # typer turns Ctrl-C into exit 130
-        if interrupt is not None:
-            print(str(interrupt) or "interrupted; rerun the same command to resume",
-                  file=sys.stderr)
+        try:
+            app(args=argv)
+        except SystemExit as exc:  # click ends every command with one
+            interrupt = _cause(exc, KeyboardInterrupt)  # typer turns Ctrl-C into exit 130
+            if interrupt is not None:
+                print(str(interrupt) or "interrupted; rerun the same command to resume",
+                      file=sys.stderr)
+                return 130
+            if _cause(exc, BrokenPipeError) is not None:  # typer's exit 1 after a broken pipe
+                _quiet_stdout()
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except SglabError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # TrainingInterrupted says where and how to resume
+            print(str(exc) or "interrupted; rerun the same command to resume", file=sys.stderr)
             return 130
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except SglabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:  # TrainingInterrupted says where and how to resume
-        print(str(exc) or "interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        except BrokenPipeError:  # the reader of our output went away: stop quietly
+            _quiet_stdout()
+            return 1
+        except (OSError, RuntimeError, MemoryError) as exc:
+            line = _environment_error(exc)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            return 2
+    except BrokenPipeError:  # stderr is gone too
+        _quiet_stdout()
+        return 1
     return 0
 
 

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import json
 import re
+import reprlib
 import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -36,9 +37,10 @@ from sglab.errors import SglabError
 
 
 class StrictModel(BaseModel):
-    """Base for every config section: unknown keys and silent coercions are errors."""
+    """Base for every config section: unknown keys, silent coercions and non-finite floats
+    (``.inf``, ``.nan``: no setting means them) are errors."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 LEGACY_TEST_SPLIT = "test"
@@ -465,10 +467,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any])
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise SglabError(f"config file {str(path)!r} is a directory. Pass a path to a YAML file.")
     if not path.is_file():
         raise SglabError(f"config file {str(path)!r} does not exist. Pass a path to a YAML file.")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise SglabError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SglabError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.reason}); save it as UTF-8") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SglabError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
     if data is None:
@@ -501,9 +512,24 @@ def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> list[st
     return list(node_cls.model_fields) if node_cls is not None else []
 
 
+SHOWN_CHARS = 200  # the most of one value an error message shows
+SHOWN_ERRORS = 20  # the most problems one message lists
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = SHOWN_CHARS, 80, 60
+
+
+def shown_value(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` bounded: nested and long values are elided (``...``) without being
+    walked, so even a YAML alias bomb is shown in a line."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def format_validation_error(exc: ValidationError, cls: type[BaseModel], data: Any) -> str:
     lines = []
-    for err in exc.errors():
+    errors = exc.errors(include_url=False)
+    for err in errors[:SHOWN_ERRORS]:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         where = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden":
@@ -520,8 +546,10 @@ def format_validation_error(exc: ValidationError, cls: type[BaseModel], data: An
             if not loc:  # a check across sections names its fields itself
                 lines.append(msg)
                 continue
-            shown = f"{where}: " if isinstance(value, dict) else f"{where} = {value!r}: "
-            lines.append(shown + msg)
+            shown = f"{where}: " if isinstance(value, dict) else f"{where} = {shown_value(value)}: "
+            lines.append(shown + msg[:SHOWN_CHARS * 2])
+    if len(errors) > SHOWN_ERRORS:
+        lines.append(f"... and {len(errors) - SHOWN_ERRORS} more problems")
     return "invalid config:\n  " + "\n  ".join(lines)
 
 

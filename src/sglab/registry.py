@@ -100,6 +100,10 @@ def validate_section(section: str, value: Any) -> Any:
         raise ValueError(
             f"the {section} section needs a 'name' (one of: {', '.join(sorted(entries(section)))})"
         )
+    if not isinstance(value["name"], str):
+        raise ValueError(f"the {section} name must be a string (one of: "
+                         f"{', '.join(sorted(entries(section)))}), not a "
+                         f"{type(value['name']).__name__}")
     cls = config_class(section, value["name"])
     if cls is None:
         raise ValueError(str(_unknown(section, value["name"], list(entries(section)))))

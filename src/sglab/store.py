@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +85,114 @@ def format_labels(labels: dict[str, dict[str, str]]) -> str:
 
 
 def runs_dir_from(option: str | None) -> Path:
-    """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs (a directory, or a path not yet taken)."""
+    """--runs-dir, else $SGLAB_RUNS_DIR, else ./runs (a directory, or a path not yet taken
+    whose nearest existing ancestor is a directory)."""
     path = Path(option or os.environ.get("SGLAB_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    if path.is_symlink() and not path.exists():
+        raise SglabError(f"runs directory {str(path)!r} is a symbolic link to "
+                         f"{os.readlink(path)!r}, which does not exist; restore its target or "
+                         "pass --runs-dir (or set SGLAB_RUNS_DIR to) another directory")
     if path.exists() and not path.is_dir():
         raise SglabError(f"runs directory {str(path)!r} is a file, not a directory; pass "
                          "--runs-dir (or set SGLAB_RUNS_DIR to) a directory")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SglabError(f"runs directory {str(path)!r} cannot be made: {str(parent)!r} "
+                                 "is a file, not a directory; pass --runs-dir (or set "
+                                 "SGLAB_RUNS_DIR to) a directory")
+            break
     return path
+
+
+def run_dir_of(runs_dir: str | Path, run_id: str, option: str = "--resume") -> Path:
+    """The directory of run ``run_id`` in the store ``runs_dir``. The id must be a run id
+    as `sglab runs` lists it (a plain name: no path, not empty) of a run in this store."""
+    runs_dir = Path(runs_dir)
+    listing = f"list the runs with `sglab runs --runs-dir {runs_dir}`"
+    if not run_id.strip():
+        raise SglabError(f"{option} got an empty run id (an unset shell variable?); {listing}")
+    if (run_id in (".", "..") or "/" in run_id or (os.sep != "/" and os.sep in run_id)
+            or "\0" in run_id):
+        raise SglabError(f"{option} takes a run id, not a path: {run_id!r}; a run outside the "
+                         f"store {str(runs_dir)!r} cannot be continued in it (pass --runs-dir "
+                         f"the store that holds it); {listing}")
+    run_dir = runs_dir / run_id
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise SglabError(f"run directory {str(run_dir)!r} is a symbolic link to "
+                         f"{os.readlink(run_dir)!r}, which does not exist; restore its target "
+                         "or remove the link")
+    if not run_dir.is_dir():
+        raise SglabError(f"no run {run_id!r} in {str(runs_dir)!r}; {listing}")
+    return run_dir
+
+
+LOCK_FILE = ".lock"  # held by the process training a run (sglab.train.lock)
+
+
+def _inode_is_flocked(inode: int) -> bool | None:
+    """Whether the kernel lists a flock on a file with this inode number (Linux
+    ``/proc/locks``); None where that list cannot be read."""
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and any(f.rsplit(":", 1)[-1] == str(inode) for f in fields
+                                     if f.count(":") == 2):
+            return True
+    return False
+
+
+def lock_holder_alive(run_dir: str | Path) -> bool | None:
+    """Whether a live process holds the run's lock: False when no process does (the lock
+    file is gone, or its holder died, e.g. killed), None when this cannot be told from here
+    (the holder runs on another host)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        info = os.lstat(path)
+        holder = json.loads(path.read_text()) if stat.S_ISREG(info.st_mode) else {}
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return None
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+        return None
+    if holder.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, someone else's
+    return _inode_is_flocked(info.st_ino) is not False  # a reused pid does not hold the lock
+
+
+def _metrics_tail_step(run_dir: Path) -> int | None:
+    """The step of the last complete record of the run's ``metrics.jsonl`` (its end only
+    is read), or None."""
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(handle.tell() - 8192, 0))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if line.endswith("}"):
+            try:
+                step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(step, int):
+                return step
+    return None
+
+
+_READ_ONLY = ("readonly database", "unable to open database file", "read-only file system",
+              "readonly", "permission denied")
 
 
 def _dotted_paths(data: Any, prefix: str = "") -> set[str]:
@@ -106,12 +211,74 @@ class RunStore:
         self.runs_dir = Path(runs_dir)
         self.db_path = self.runs_dir / "runs.db"
 
+    @contextmanager
+    def _session(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """A connection to the index for the block. ``write=False``: a store this process
+        cannot write (a colleague's, a read-only file system) is opened read-only. Any
+        SQLite error becomes a SglabError that says what to do."""
+        try:
+            conn = self._open(write)
+        except sqlite3.DatabaseError as exc:
+            raise self._problem(exc, write) from None
+        try:
+            yield conn
+        except sqlite3.DatabaseError as exc:
+            raise self._problem(exc, write) from None
+        finally:
+            conn.close()
+
+    def _open(self, write: bool) -> sqlite3.Connection:
+        if not write and not self._may_write():
+            return self._connect_read_only()
+        try:
+            return self._connect()
+        except sqlite3.OperationalError as exc:
+            if write or not any(word in str(exc).lower() for word in _READ_ONLY):
+                raise
+        return self._connect_read_only()
+
+    def _may_write(self) -> bool:
+        return os.access(self.runs_dir, os.W_OK) and (
+            not self.db_path.exists() or os.access(self.db_path, os.W_OK))
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """The index opened read-only; where even that needs to write (WAL's shared-memory
+        file in a directory this process cannot write), as an immutable file."""
+        uri = self.db_path.absolute().as_uri()
+        for mode in ("mode=ro", "immutable=1"):
+            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=60)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return conn
+            except sqlite3.OperationalError:
+                conn.close()
+                if mode == "immutable=1":
+                    raise
+        raise AssertionError("unreachable")
+
+    def _problem(self, exc: sqlite3.DatabaseError, write: bool) -> SglabError:
+        text = str(exc)
+        if any(word in text.lower() for word in _READ_ONLY):
+            return SglabError(
+                f"cannot write the run index {str(self.db_path)!r} ({text}): the runs "
+                "directory is read-only for this process. `sglab runs` lists it as it is; to "
+                "train, pass --runs-dir (or set SGLAB_RUNS_DIR to) a directory you can write")
+        if "locked" in text.lower():
+            return SglabError(f"the run index {str(self.db_path)!r} stayed locked by another "
+                              f"process for a minute ({text}); rerun when it is done")
+        return SglabError(f"the run index {str(self.db_path)!r} is damaged ({text}); rebuild it "
+                          f"from the run directories with `sglab runs --reindex --runs-dir "
+                          f"{self.runs_dir}` (the run directories are the truth)")
+
     def _connect(self) -> sqlite3.Connection:
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SglabError(f"cannot use {str(self.runs_dir)!r} as the runs directory: "
                              f"{exc.strerror}; pass --runs-dir a writable directory") from None
+        if self.db_path.is_dir():
+            raise SglabError(f"the run index {str(self.db_path)!r} is a directory; move it away "
+                             f"and rebuild the index with `sglab runs --reindex`")
         conn = sqlite3.connect(self.db_path, timeout=60)
         # Switching a new database to WAL takes a lock that the busy timeout does not
         # cover, so concurrent first connections retry. WAL mode persists in the file.
@@ -130,7 +297,8 @@ class RunStore:
 
     def ensure(self) -> None:
         """Create the index (call once before starting concurrent writers)."""
-        self._connect().close()
+        with self._session(write=True) as conn:
+            conn.execute("SELECT count(*) FROM runs").fetchone()
 
     def record(self, run_dir: Path, config, summary: dict, tag: str | None = None) -> None:
         """Insert or update one run's row (the summary with the run's experiment labels,
@@ -146,23 +314,23 @@ class RunStore:
             summary.get("status"), summary.get("step"), tag, time.time(), str(run_dir),
             json.dumps(data), json_line(summary),
         )
-        conn = self._connect()
-        try:
-            with conn:
-                if tag is None:  # keep an existing tag
-                    old = conn.execute("SELECT tag FROM runs WHERE run_id=?", (row[0],)).fetchone()
-                    if old:
-                        row = row[:7] + (old[0],) + row[8:]
-                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}, config_json, "
-                             f"summary_json) VALUES ({', '.join('?' * 12)})", row)
-        finally:
-            conn.close()
+        with self._session(write=True) as conn, conn:
+            if tag is None:  # keep an existing tag
+                old = conn.execute("SELECT tag FROM runs WHERE run_id=?", (row[0],)).fetchone()
+                if old:
+                    row = row[:7] + (old[0],) + row[8:]
+            conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}, config_json, "
+                         f"summary_json) VALUES ({', '.join('?' * 12)})", row)
 
-    def reindex(self, skipped: Callable[[str], None] | None = None) -> int:
+    def reindex(self, skipped: Callable[[str], None] | None = None,
+                note: Callable[[str], None] | None = None) -> int:
         """Rebuild the index from the run directories; returns the number of runs indexed.
-        Each run directory that cannot be read is named, with the reason, to ``skipped``."""
+        Each run directory that cannot be read is named, with the reason, to ``skipped``;
+        runs whose directory is gone leave the index. A damaged index file is moved aside
+        (``runs.db.damaged``, said to ``note``) and built anew."""
         from sglab.config import RunConfig, validate
 
+        self._set_aside_if_damaged(note)
         count = 0
         run_dirs = sorted({p.parent for pattern in ("*/summary.json", "*/config.yaml")
                            for p in self.runs_dir.glob(pattern)
@@ -181,7 +349,43 @@ class RunStore:
                 continue
             self.record(run_dir, config, summary)
             count += 1
+        self.ensure()
+        with self._session(write=True) as conn, conn:
+            gone = [run_id for (run_id,) in conn.execute("SELECT run_id FROM runs")
+                    if not (self.runs_dir / run_id).is_dir()]
+            conn.executemany("DELETE FROM runs WHERE run_id=?", [(run_id,) for run_id in gone])
+        if gone and note is not None:
+            note(f"dropped {len(gone)} run(s) whose directory is gone: {', '.join(gone[:5])}"
+                 + (" ..." if len(gone) > 5 else ""))
         return count
+
+    def _set_aside_if_damaged(self, note: Callable[[str], None] | None) -> None:
+        if not self.db_path.is_file():
+            return
+        try:
+            conn = self._open(write=True)
+            try:
+                result = conn.execute("PRAGMA quick_check").fetchone()[0]
+            finally:
+                conn.close()
+            if result == "ok":
+                return
+            problem = f"SQLite's integrity check: {result}"
+        except sqlite3.DatabaseError as exc:
+            text = str(exc).lower()
+            if "locked" in text or any(word in text for word in _READ_ONLY):
+                raise self._problem(exc, write=True) from None
+            problem = str(exc)
+        aside = self.db_path.with_name(f"{self.db_path.name}.damaged")
+        os.replace(self.db_path, aside)
+        for suffix in ("-wal", "-shm"):
+            side = self.db_path.with_name(self.db_path.name + suffix)
+            if side.exists():
+                os.replace(side, aside.with_name(aside.name + suffix))
+        if note is not None:
+            note(f"the index was damaged ({problem}): moved to {aside}; building it anew from "
+                 "the run directories (the runs' tags, e.g. sweep/NAME, live only in the index "
+                 "and are not restored)")
 
     def _known_paths(self) -> tuple[set[str], set[str]]:
         """Dotted config paths and summary paths present in at least one indexed run."""
@@ -189,14 +393,11 @@ class RunStore:
         summary_paths: set[str] = set()
         if not self.db_path.exists():
             return config_paths, summary_paths
-        conn = self._connect()
-        try:
+        with self._session(write=False) as conn:
             for config_json, summary_json in conn.execute(
                     "SELECT config_json, summary_json FROM runs"):
                 config_paths |= _dotted_paths(json.loads(config_json))
                 summary_paths |= _dotted_paths(json.loads(summary_json))
-        finally:
-            conn.close()
         return config_paths, summary_paths
 
     @staticmethod
@@ -246,16 +447,42 @@ class RunStore:
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         if not self.db_path.exists():
             return []
-        conn = self._connect()
-        try:
+        with self._session(write=False) as conn:
             conn.row_factory = sqlite3.Row
             rows = conn.execute(sql + " ORDER BY updated", params).fetchall()
-        finally:
-            conn.close()
         out = []
         for row in rows:
             item = dict(row)
             item["config"] = json.loads(item.pop("config_json"))
             item["summary"] = json.loads(item.pop("summary_json"))
             out.append(item)
+        return out
+
+    def current(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (from :meth:`query`) as the runs stand now: a run indexed as running
+        shows the step of its last record (the index learns a step only when its summary is
+        written) and, when no live process holds its lock any more (its trainer was killed),
+        the status ``interrupted`` (rerun its command, or ``sglab train --resume``, to go
+        on); a run whose summary moved on since it was indexed shows that summary's status."""
+        out = []
+        for row in rows:
+            if row.get("status") != "running":
+                out.append(row)
+                continue
+            row = dict(row)
+            run_dir = self.runs_dir / row["run_id"]
+            try:
+                summary = json.loads((run_dir / "summary.json").read_text())
+            except (OSError, ValueError):
+                summary = {}
+            if isinstance(summary, dict) and summary.get("status") not in (None, "running"):
+                row["status"], row["step"] = summary["status"], summary.get("step", row["step"])
+            else:
+                steps = [s for s in (row.get("step"), _metrics_tail_step(run_dir),
+                                     summary.get("step") if isinstance(summary, dict) else None)
+                         if isinstance(s, int)]
+                row["step"] = max(steps) if steps else row.get("step")
+                if lock_holder_alive(run_dir) is False:
+                    row["status"] = "interrupted"
+            out.append(row)
         return out

@@ -5,7 +5,7 @@ confusions, sharing along a chain of tasks, and the output layer per output toke
 Pure functions on models, tasks and mask tensors. A mask set is ``{parameter name: 0/1
 tensor}`` (1 = weight kept), as in :mod:`sglab.analysis.weight_masks`; ``model`` is a masked
 model (``sglab.models.masked.MaskedModel``: ``use_masks`` applies a mask set to its frozen
-net) and ``task`` an sglab task (``evaluate``; ``predict`` for classification).
+net) and ``task`` an sglab task, scored by :func:`sglab.train.evaluate.evaluate`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from sglab.analysis import weight_masks as wm
+from sglab.train.evaluate import evaluate, score_split
 
 Masks = dict[str, torch.Tensor]
 
@@ -32,7 +33,7 @@ def evaluate_under_masks(model, task, split: str, masks: Mapping[str, Masks], ba
     records = {}
     for name, chosen in masks.items():
         with model.use_masks(chosen):
-            records[name] = task.evaluate(model.eval(), split, batch_size, max_examples)
+            records[name] = evaluate(model.eval(), task, split, batch_size, max_examples)
     return records
 
 
@@ -44,8 +45,9 @@ def class_scores(model, task, split: str, masks: Mapping[str, Masks], classes: i
     out: dict[str, dict[str, Any]] = {"accuracy": {}, "tpr": {}, "confusion": {}}
     for name, chosen in masks.items():
         with model.use_masks(chosen):
-            record = task.evaluate(model.eval(), split, batch_size)
-            predictions = task.predict(model.eval(), split)
+            totals = score_split(model.eval(), task, split, batch_size)
+        record = task.finalize(split, totals)
+        predictions = totals["logits"].argmax(-1)
         out["accuracy"][name] = record[f"{split}/exact_match"]
         out["tpr"][name] = [record[f"{split}/tpr/class={c}"] for c in range(classes)]
         out["confusion"][name] = wm.confusion(predictions, labels, classes)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from sglab.train.evaluate import evaluate, score_split
+
 Masks = dict[str, torch.Tensor]
 
 
@@ -189,7 +191,8 @@ def confusion(predictions: torch.Tensor, labels: torch.Tensor, classes: int) -> 
 # ----------------------------------------------------------------------------- functional modules
 # (Secs 3.2.1-3.2.2, App. B.3.3-B.3.5): a frozen net under its full-task and subtask masks.
 # ``model`` is a masked model (``use_masks`` applies a mask set to its frozen net), ``task`` an
-# sglab task (``evaluate``; ``split`` and ``predict`` for the add/mul confusion).
+# sglab task, scored by :func:`sglab.train.evaluate.evaluate` (its ``split`` and predictions
+# for the add/mul confusion).
 
 
 def weight_layers(masks: Masks) -> list[str]:
@@ -221,7 +224,7 @@ def accuracy_under_masks(model, task, tried: dict[str, Masks], split: str, group
     accuracy = {}
     for name, chosen in tried.items():
         with model.use_masks(chosen):
-            record = task.evaluate(model.eval(), split, batch_size)
+            record = evaluate(model.eval(), task, split, batch_size)
         accuracy[name] = {g: record[f"{split}/exact_match/{g}"] for g in groups}
     return accuracy
 
@@ -249,7 +252,7 @@ def op_confusion_under_masks(model, task, masks: dict[str, Masks], split: str
     out = {}
     for name, chosen in masks.items():
         with model.use_masks(chosen):
-            digits = task.predict(model.eval(), split) - task.digit_ids[0]
+            digits = score_split(model.eval(), task, split, 1024)["predicted"] - task.digit_ids[0]
         out[name] = op_confusion(data["a"], data["b"], data["op"], digits[:, 0] * 10 + digits[:, 1])
     return out
 

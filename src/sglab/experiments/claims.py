@@ -205,7 +205,9 @@ class SlopeNegative(Rule):
         return f"slope({self.name}{f' over {self.over}' if self.over else ''}) < 0"
 
     def holds(self, values) -> bool:
-        return slope(values, self.name, self.over) < 0
+        # below -1e-12, not 0: a least-squares fit of a flat series returns rounding noise
+        # such as -8e-17, which is no fall
+        return slope(values, self.name, self.over) < -1e-12
 
     def derived(self, values) -> str:
         return f"slope {slope(values, self.name, self.over):+.4g}"

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglab.models.dropout import apply_dropout
+from sglab.models.dropout import apply_dropout, drawing_member_masks
 from sglab.models.hookpoint import HookPoint
 
 
@@ -69,6 +69,14 @@ def _inside_vmap(tensor: torch.Tensor) -> bool:
     return torch._C._functorch.is_batchedtensor(tensor)
 
 
+def _unfused(pattern: HookPoint, q: torch.Tensor, dropout: float) -> bool:
+    """Attention computed step by step rather than by the fused kernel: where its pattern
+    is watched, inside ``vmap``, or where dropout draws keyed masks (inside
+    :func:`~sglab.models.dropout.member_masks`, which the fused kernel's own dropout
+    ignores: a member's model run alone under its key then masks as inside the ensemble)."""
+    return pattern.is_watched or _inside_vmap(q) or bool(dropout and drawing_member_masks())
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, causal: bool, bias: bool, dropout: float,
                  rotary: nn.Module | None = None, out_projection: bool = True):
@@ -90,7 +98,7 @@ class SelfAttention(nn.Module):
         if key_padding_mask is not None and not self.causal:
             mask = key_padding_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
-        if self.pattern.is_watched or _inside_vmap(q):
+        if _unfused(self.pattern, q, dropout):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             if self.causal:
                 future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
@@ -160,7 +168,7 @@ class CrossAttention(nn.Module):
                                            self.head_dim).permute(2, 0, 3, 1, 4)
         mask = None if memory_mask is None else memory_mask[:, None, None, :]
         dropout = self.dropout if self.training else 0.0
-        if self.pattern.is_watched or _inside_vmap(q):
+        if _unfused(self.pattern, q, dropout):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))

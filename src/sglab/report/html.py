@@ -41,11 +41,35 @@ def _table(table: dict) -> str:
     return f"{title}<table><tr>{head}</tr>{rows}</table>{note}"
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _figure_bytes(name: Any, base_dir: Path) -> bytes | None:
+    """The PNG file ``name`` of the report directory ``base_dir``, or None: a figure is read
+    only if its path, links resolved, stays inside the report's directory and the file is a
+    PNG (a crafted results.json cannot embed another file into the page)."""
+    if not isinstance(name, str) or not name:
+        return None
+    base = base_dir.resolve()
+    try:
+        path = (base / name).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if not path.is_relative_to(base) or path.suffix.lower() != ".png" or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    return data if data.startswith(PNG_SIGNATURE) else None
+
+
 def _figure(figure: dict, base_dir: Path) -> str:
-    path = base_dir / figure["file"]
-    if not path.is_file():
-        return f"<p class=fail>missing figure {html.escape(figure['file'])}</p>"
-    data = base64.b64encode(path.read_bytes()).decode()
+    data = _figure_bytes(figure.get("file"), base_dir)
+    if data is None:
+        return f"<p class=fail>missing figure {html.escape(str(figure.get('file')))}</p>"
+    data = base64.b64encode(data).decode()
     caption = html.escape(figure.get("caption", figure.get("title", "")))
     return (f"<figure><img alt='{html.escape(figure.get('title', ''))}' "
             f"src='data:image/png;base64,{data}'><figcaption>{caption}</figcaption></figure>")

@@ -45,7 +45,10 @@ def run_report(run_dir: Path, out_dir: Path) -> Path:
     return write_report(results, out_dir)
 
 
-def sweep_report(spec, configs, summaries: list[dict], out_dir: Path) -> Path:
+def sweep_report(spec, configs, summaries: list[dict], out_dir: Path,
+                 source: dict | None = None) -> Path:
+    """The report of a sweep: a row per run. ``source`` (the sweep's name, file, preset and
+    --set) is recorded under ``sweep``, so that another sweep does not overwrite it."""
     keys = list(spec.grid)
     rows = []
     for config, summary in zip(configs, summaries):
@@ -67,5 +70,6 @@ def sweep_report(spec, configs, summaries: list[dict], out_dir: Path) -> Path:
                         "step to target"],
             "rows": rows}]}],
         "config": spec.model_dump(),
+        **({"sweep": source} if source is not None else {}),
     }
     return write_report(results, Path(out_dir))

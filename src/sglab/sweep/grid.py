@@ -30,6 +30,17 @@ class SweepSpec(StrictModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     seeds: list[int] = Field(default_factory=lambda: [0])
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        """The name names files (results/NAME, the tag sweep/NAME): one plain file name."""
+        if (not name.strip() or name in (".", "..") or name.startswith(".")
+                or any(c in name for c in "/\\") or any(ord(c) < 32 for c in name)):
+            raise ValueError(f"{name!r} is not a plain file name: a sweep's name names its "
+                             "output directory (results/NAME), so it has no '/' or '\\', "
+                             "does not start with '.' and is not empty; e.g. pe-vs-nope")
+        return name
+
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count(cls, value):

@@ -152,6 +152,35 @@ def expected_work(config: RunConfig) -> int:
     return config.train.steps * config.train.batch_size * layers
 
 
+NOT_STARTED = "not started"  # the status of a job's runs when its sweep was interrupted first
+
+
+def out_of_memory_hint(exc: BaseException) -> str:
+    """What to do about an out-of-memory error (torch's CUDA or CPU allocator), else ''."""
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or "out of memory" in text or "not enough memory" in text:
+        return ("; the batch did not fit in memory: lower train.batch_size (and "
+                "train.eval_batch_size) or the model size, then rerun")
+    return ""
+
+
+def _quiet_on_closed_output():
+    """A printer to stdout that falls silent once stdout is closed (a sweep piped to ``head``):
+    a run must not fail because nobody reads its progress lines."""
+    closed = False
+
+    def printer(line: str) -> None:
+        nonlocal closed
+        if closed:
+            return
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:
+            closed = True
+
+    return printer
+
+
 def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: str | None,
             quiet: bool, execution: str = "alone") -> list[dict]:
     """Train one job in this process; returns one summary per run. ``execution`` (see
@@ -160,19 +189,22 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
     import torch
 
     from sglab.config import validate
-    from sglab.errors import RunBusyError
+    from sglab.errors import RunBusyError, SglabError
     from sglab.store import RunStore
     from sglab.train.ensemble import EnsembleTrainer
     from sglab.train.extend import extend_shorter_twin
     from sglab.train.loop import Trainer
+    from sglab.train.schedule import stop_requested
 
     if threads:
         torch.set_num_threads(threads)
     configs = [validate(RunConfig, data) for data in config_data]
-    printer = None if quiet else (lambda line: print(line, flush=True))
+    printer = None if quiet else _quiet_on_closed_output()
     store = RunStore(runs_dir)
     trainers = [Trainer(c, runs_dir, store=store, printer=printer, tag=tag, execution=execution)
                 for c in configs]
+    if stop_requested():  # the sweep was interrupted before this job started: leave it
+        return [{"run_id": t.run_id, "status": NOT_STARTED} for t in trainers]
     try:
         if execution == "alone":
             for trainer in trainers:  # a finished shorter twin: train it on, not from step 0
@@ -191,10 +223,13 @@ def run_job(config_data: list[dict], runs_dir: str, threads: int | None, tag: st
                 summaries.append(previous)
                 continue
             summary = {"run_id": trainer.run_id, "status": "failed",
-                       "error": f"{type(exc).__name__}: {exc}",
+                       "error": f"{type(exc).__name__}: {exc}" + out_of_memory_hint(exc),
                        "traceback": traceback.format_exc()}
-            trainer.run_dir.mkdir(parents=True, exist_ok=True)
-            trainer._write_summary(summary)
+            try:
+                trainer.run_dir.mkdir(parents=True, exist_ok=True)
+                trainer._write_summary(summary)
+            except (OSError, SglabError):  # e.g. a dangling link or a full disk: report it
+                pass
             summaries.append(summary)
         return summaries
 

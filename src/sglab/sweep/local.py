@@ -20,12 +20,16 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from sglab.config import RunConfig
+from sglab.errors import SweepInterrupted, TrainingInterrupted
 from sglab.store import RunStore
 from sglab.sweep.jobs import (
+    NOT_STARTED,
     available_cores,
     describe_jobs,
     executions,
@@ -115,15 +119,110 @@ def run_configs(configs: list[RunConfig], runs_dir: str | Path, workers: int | N
 
     with Heartbeat(printer, progress, progress_seconds if quiet else 0):
         if workers == 1:
-            for job, payload in zip(jobs, payloads):
-                collect(job, run_job(payload, runs_dir, threads, tag, quiet, modes[job[0]]))
+            for k, (job, payload) in enumerate(zip(jobs, payloads)):
+                try:
+                    summaries = run_job(payload, runs_dir, threads, tag, quiet, modes[job[0]])
+                except TrainingInterrupted as exc:  # rerunning the sweep resumes every run
+                    raise SweepInterrupted(exc.run_ids,
+                                           sum(len(j) for j in jobs[k + 1:])) from None
+                collect(job, summaries)
             return results  # type: ignore[return-value]
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
                                  initargs=(os.getpid(),)) as pool:
-            futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet,
-                                   modes[job[0]]): job for job, payload in zip(jobs, payloads)}
-            for future in as_completed(futures):
-                collect(futures[future], future.result())
+            with _spawning_ignores_ctrl_c():
+                futures = {pool.submit(run_job, payload, runs_dir, threads, tag, quiet,
+                                       modes[job[0]]): job for job, payload in zip(jobs, payloads)}
+            _collect_pool(pool, futures, collect, printer, run_ids)
     return results  # type: ignore[return-value]
+
+
+def start_worker(parent_pid: int) -> None:
+    """Set up a pool worker: it dies with the sweep process (:func:`die_with_parent`), and a
+    Ctrl-C (SIGINT, which the terminal sends to every process of the sweep) or the sweep's
+    SIGUSR1 asks it to stop after the current step with a checkpoint
+    (:func:`sglab.train.schedule.request_stop`) instead of killing it, idle or not."""
+    from sglab.train.schedule import request_stop
+
+    die_with_parent(parent_pid)
+    for signum in (signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, lambda *_: request_stop())
+
+
+@contextmanager
+def _spawning_ignores_ctrl_c() -> Iterator[None]:
+    """Ignore SIGINT while the pool spawns its workers (they start on ``submit``): a spawned
+    process inherits the ignoring, so a Ctrl-C while a worker still imports cannot kill it
+    (which would break the pool) before :func:`start_worker` installs its handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _first_ctrl_c() -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C (SIGINT) in the block; the next one raises
+    KeyboardInterrupt at once. Outside the main thread the event stays unset."""
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handle(signum, frame):
+        pressed.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, handle)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _collect_pool(pool: ProcessPoolExecutor, futures: dict, collect, printer,
+                  run_ids: list[str]) -> None:
+    """Hand each job's summaries to ``collect`` as its future completes. On Ctrl-C the jobs
+    not started are cancelled, every worker is told to stop after its current step with a
+    checkpoint (SIGUSR1, for a SIGINT sent to this process alone), and once they have, a
+    :class:`SweepInterrupted` says how to resume."""
+    pending = set(futures)
+    interrupted: list[str] = []
+    not_started = 0
+    with _first_ctrl_c() as pressed:
+        stopping = False
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            if pressed.is_set() and not stopping:
+                stopping = True
+                printer("Ctrl-C: every worker stops after its current step with a checkpoint; "
+                        "jobs not started are left (Ctrl-C again to stop at once)")
+                for future in list(pending):
+                    if future.cancel():
+                        pending.discard(future)
+                        not_started += len(futures[future])
+                for pid in list(getattr(pool, "_processes", None) or {}):
+                    with suppress(OSError):
+                        os.kill(pid, signal.SIGUSR1)
+            for future in done:
+                job = futures[future]
+                try:
+                    summaries = future.result()
+                except TrainingInterrupted as exc:
+                    interrupted += exc.run_ids
+                    continue
+                except KeyboardInterrupt:  # stopped at once (a second Ctrl-C in the worker)
+                    interrupted += [run_ids[i] for i in job]
+                    continue
+                left = [s for s in summaries if s.get("status") == NOT_STARTED]
+                not_started += len(left)
+                if not left:
+                    collect(job, summaries)
+    if stopping or interrupted or not_started:  # (a worker alone may have been interrupted)
+        raise SweepInterrupted(interrupted, not_started)

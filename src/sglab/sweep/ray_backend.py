@@ -12,6 +12,9 @@ resumes from the runs' last checkpoints. Ray is an optional extra:
 
 from __future__ import annotations
 
+import math
+import os
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,16 +36,100 @@ def import_ray():
     return ray
 
 
+CONNECT_TIMEOUT_ENV = "SGLAB_RAY_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 30.0  # how long a cluster address may take to answer
+
+
+def connect_timeout() -> float:
+    """Seconds a Ray address may take to accept a connection ($SGLAB_RAY_CONNECT_TIMEOUT)."""
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SglabError(f"{CONNECT_TIMEOUT_ENV}={raw!r} is not a number of seconds > 0")
+    return seconds
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) that a Ray address is reached at (``ray://`` is Ray Client, port 10001
+    by default; a bare address is a cluster's GCS, port 6379), or None for ``auto`` and
+    ``local``, which name no host."""
+    text = address.strip()
+    if text in ("auto", "local", ""):
+        return None
+    default_port = 6379
+    if "://" in text:
+        scheme, text = text.split("://", 1)
+        if scheme == "ray":
+            default_port = 10001
+    text = text.split("/", 1)[0]
+    if text.startswith("["):  # [IPv6]:port
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.lstrip(":")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        raise SglabError(f"--address {address!r}: {port_text!r} is not a port number; write "
+                         "HOST:PORT, e.g. 10.0.0.5:6379 or ray://10.0.0.5:10001") from None
+    return host, port
+
+
+def check_reachable(address: str, timeout: float | None = None) -> None:
+    """Raise a SglabError unless something accepts a connection at Ray ``address`` within
+    ``timeout`` seconds (:func:`connect_timeout`). Ray itself retries a dead address for
+    minutes, which looks like a hang."""
+    where = _host_port(address)
+    if where is None:
+        return
+    timeout = connect_timeout() if timeout is None else timeout
+    started = time.monotonic()
+    try:
+        with socket.create_connection(where, timeout=timeout):
+            pass
+    except TimeoutError:
+        problem = f"it did not answer within {timeout:g} s"
+    except OSError as exc:
+        problem = f"{exc.strerror or exc} after {time.monotonic() - started:.1f} s"
+    else:
+        return
+    raise SglabError(
+        f"cannot reach a Ray cluster at {address!r} ({where[0]}:{where[1]}): {problem}. Check the "
+        "address (the head node's HOST:PORT, e.g. 10.0.0.5:6379, or ray://HOST:10001) and that "
+        "the cluster is up, or drop --address (and unset RAY_ADDRESS) to start a local Ray "
+        f"instance; {CONNECT_TIMEOUT_ENV} sets the wait")
+
+
 @contextmanager
 def ray_session(address: str | None = None, log_to_driver: bool = False) -> Iterator[None]:
     """Connect to Ray for the block (a cluster at ``address``, else a local instance) and
-    disconnect after it; inside a connection that is already open, just use that one."""
+    disconnect after it; inside a connection that is already open, just use that one.
+
+    Without ``address`` Ray joins the cluster named by $RAY_ADDRESS, or one started on this
+    host with ``ray start``, if there is one; ``address="local"`` always starts a new local
+    instance. An address that does not accept a connection within :func:`connect_timeout`
+    seconds is a SglabError, not a wait of many minutes."""
     ray = import_ray()
     if ray.is_initialized():
         yield
         return
-    ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
-             configure_logging=False)
+    target = address if address is not None else os.environ.get("RAY_ADDRESS")
+    if target:
+        check_reachable(target)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
+                 configure_logging=False)
+    except (ConnectionError, TimeoutError, ValueError) as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise SglabError(f"cannot connect to Ray at {target or 'a local instance'!r}: {text}; "
+                         "check --address (and RAY_ADDRESS)") from None
     try:
         yield
     finally:

@@ -217,9 +217,9 @@ class AdditionTask(PromptAnswerTask):
             return self.config.block_size
         return super().max_length
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         if self.config.loss_on == "answer":
-            return super().train_batch(batch_size, generator, causal)
+            return super().train_batch(batch_size, generator)
         if self.config.loss_on == "packed":
             return self.packed_batch(batch_size, generator)
         window = self.config.block_size

@@ -27,6 +27,8 @@ ids 0..vocab_size-1 and must reach the largest target, 99+10 = 109.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -36,7 +38,14 @@ from pydantic import Field
 from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import PromptAnswerTask, SequenceSplit, Vocabulary, model_is_causal
+from sglab.tasks.base import (
+    Batch,
+    PromptAnswerTask,
+    SequenceSplit,
+    Vocabulary,
+    causal_batch,
+    scored_batches,
+)
 
 ANCHOR_SHIFT = {1: 5, 2: 1, 3: -2, 4: -8}  # g(x; a) = x + ANCHOR_SHIFT[a]
 ITEM_MIN, ITEM_MAX = 20, 99  # key and noise items
@@ -158,34 +167,30 @@ class AnchorsTask(PromptAnswerTask):
             raise SglabError("the anchors task scores the last position of a decoder; "
                              "use model.attention_mask=causal")
 
-    @torch.no_grad()
-    def predictions(self, model, split: str, batch_size: int = 1024,
-                    max_examples: int | None = None, device="cpu") -> tuple[torch.Tensor, float]:
-        """Argmax at the last input position for each example, and the mean answer loss."""
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The first ``max_examples`` sequences (all: None): the prompt as input, the answer
+        the target of the last position. The model reads the prompt only, so any model may
+        read it whole (no prefix rows)."""
         data = self.split(split)
-        n = len(data) if max_examples is None else min(len(data), max_examples)
-        predicted, loss_sum = [], 0.0
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            inputs = data.tokens[start:stop, :-1].to(device)
-            answers = data.tokens[start:stop, -1].to(device)
-            logits = model(inputs)[:, -1].float()
-            loss_sum += float(F.cross_entropy(logits, answers, reduction="sum"))
-            predicted.append(logits.argmax(-1).cpu())
-        return torch.cat(predicted), loss_sum / max(n, 1)
+        for rows in scored_batches(len(data), batch_size, max_examples, spread=False):
+            yield replace(causal_batch(data.subset(rows)), next_token=False)
 
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """The argmax at the last input position and the summed answer loss."""
+        last, answers = logits[:, -1], batch.targets[:, -1]
+        return {"predicted": last.argmax(-1),
+                "loss": float(F.cross_entropy(last, answers, reduction="sum"))}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
         """Exact match of the answer token (per pair too); on ``unseen`` also the
         inferential (x-10) and symmetric (x-6) accuracies of the same predictions."""
-        if not model_is_causal(model):
-            raise SglabError("the anchors task needs a causal model")
-        predicted, loss = self.predictions(model, split, batch_size, max_examples, device)
+        predicted = totals["predicted"]
         data = self.split(split)
         n = len(predicted)
         answers = data.tokens[:n, -1]
         metrics = score_answers(predicted, answers, data.groups["pair"][:n], split)
-        metrics[f"{split}/loss"] = loss
+        metrics[f"{split}/loss"] = totals["loss"] / max(n, 1)
         if split in self.symmetric_answers:
             metrics[f"{split}/inferential"] = metrics[f"{split}/exact_match"]
             metrics[f"{split}/symmetric"] = float(

@@ -20,7 +20,8 @@ answer words / answer words; solved if < 5%), ``loss``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -183,37 +184,37 @@ class BabiTask(Task):
         used = int(split.lengths[index].max()) if len(index) else 0
         return Batch(split.tokens[index, :used], split.targets[index, :used])
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.splits["train"]
         return self._rows(train, torch.randint(len(train.tokens), (batch_size,), generator=generator))
 
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The first ``max_examples`` stories (every task in turn), batched by length: the
+        en-10k stories range from tens to hundreds of words, and the scores are sums, so the
+        order only changes the padding. Each story carries its bAbI task number."""
         if split not in self.splits:
             raise SglabError(f"task babi has no split {split!r}; splits: {', '.join(self.splits)}")
         data = self.splits[split]
         n = len(data.tokens) if max_examples is None else min(len(data.tokens), max_examples)
-        wrong = torch.zeros(21)
-        total = torch.zeros(21)
-        loss, count = 0.0, 0
-        # the first n stories (every task in turn), batched by length: the en-10k stories
-        # range from tens to hundreds of words, and the scores are sums, so the order only
-        # changes the padding
-        by_length = torch.argsort(data.lengths[:n], stable=True)
-        for start in range(0, n, batch_size):
-            index = by_length[start: start + batch_size]
-            batch = self._rows(data, index)
-            logits = model(batch.input_ids.to(device)).float().cpu()
-            scored = batch.targets != IGNORE
-            loss += float(F.cross_entropy(logits[scored], batch.targets[scored], reduction="sum"))
-            count += int(scored.sum())
-            miss = ((logits.argmax(-1) != batch.targets) & scored).sum(1).float()
-            tasks = data.task[index]
-            wrong.index_add_(0, tasks, miss)
-            total.index_add_(0, tasks, scored.sum(1).float())
+        for index in torch.argsort(data.lengths[:n], stable=True).split(batch_size):
+            yield replace(self._rows(data, index), examples={"task": data.task[index]})
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Answer-word loss, and per story its wrong and scored answer words."""
+        logits, targets = logits.cpu(), batch.targets.cpu()
+        scored = targets != IGNORE
+        return {"loss": float(F.cross_entropy(logits[scored], targets[scored], reduction="sum")),
+                "count": int(scored.sum()),
+                "wrong": ((logits.argmax(-1) != targets) & scored).sum(1).float(),
+                "scored": scored.sum(1).float(), "task": batch.examples["task"]}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """``exact_match`` (share of answer words right), loss, error per bAbI task."""
+        wrong = torch.zeros(21).index_add_(0, totals["task"], totals["wrong"])
+        total = torch.zeros(21).index_add_(0, totals["task"], totals["scored"])
         metrics = {f"{split}/exact_match": 1 - float(wrong.sum() / total.sum().clamp_min(1)),
-                   f"{split}/loss": loss / max(count, 1)}
+                   f"{split}/loss": totals["loss"] / max(totals["count"], 1)}
         for task in self.config.tasks:
             if total[task] > 0:
                 metrics[f"{split}/error/task={task}"] = float(wrong[task] / total[task])

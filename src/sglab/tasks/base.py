@@ -1,20 +1,27 @@
-"""The task protocol.
+"""The task protocol: data and scoring, never a model.
 
 A task owns its vocabulary, builds its splits deterministically from
-``config.data_seed``, yields training batches as tensors and scores a model on a
-split. :class:`PromptAnswerTask` covers every "prompt -> answer tokens" task
-trained as a decoder-only language model (addition, anchors, ...).
+``config.data_seed``, yields training batches (:meth:`Task.train_batch`) and evaluation
+batches (:meth:`Task.eval_batches`) as tensors, and turns a model's logits on those
+batches into metrics (:meth:`Task.score` per batch, :meth:`Task.finalize` per split).
+The model is called in one place, :func:`sglab.train.evaluate.forward_batch`, by the
+Trainer and by the evaluator (:func:`sglab.train.evaluate.evaluate`).
+:class:`PromptAnswerTask` covers every "prompt -> answer tokens" task trained as a
+decoder-only language model (addition, anchors, ...).
 
 Greedy decoding and teacher forcing agree on exact match: greedy generation
 reproduces the answer exactly iff the argmax at every answer position, given the
 correct prefix, is the correct token. So exact match is scored with one forward
-pass (see :func:`greedy_generate` and its test for the equivalence).
+pass; a generation task also offers a decode step (:meth:`Task.decode_batches`,
+:meth:`Task.decode_step`) that :func:`sglab.train.evaluate.greedy_decode` drives, and
+the tests check that both agree.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -90,12 +97,23 @@ class SequenceSplit:
 
 @dataclass
 class Batch:
-    """Model inputs and next-token targets (``IGNORE`` where no loss applies).
+    """Model inputs and targets (``IGNORE`` where no loss applies): the one thing a model is
+    called with (:func:`sglab.train.evaluate.forward_batch`).
 
     ``key_padding_mask`` (True = real token) is set for bidirectional models;
     ``example_index`` maps each row back to its example (prefix expansion).
     Encoder-decoder tasks add the encoder input ``source_ids`` and its padding mask
     ``source_mask``; ``input_ids`` is then the decoder input.
+
+    ``next_token``: the targets are next tokens of the inputs (prompt-answer rows). A model
+    that sees its whole row (no causal mask) reads such a batch as one row per scored
+    prefix (:func:`prefix_rows`), so it never sees the token it predicts; the Trainer and
+    the evaluator do that expansion (:func:`sglab.train.evaluate.model_batch`), so the
+    data layer needs no word about the model.
+
+    ``examples``: per-example data for scoring (one entry per example, in
+    ``example_index``'s numbering; e.g. ``index``, the examples' positions in their split);
+    never a model input.
     """
 
     input_ids: torch.Tensor
@@ -104,12 +122,15 @@ class Batch:
     example_index: torch.Tensor | None = None
     source_ids: torch.Tensor | None = None
     source_mask: torch.Tensor | None = None
+    next_token: bool = False
+    examples: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def to(self, device) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)
         return Batch(
             move(self.input_ids), move(self.targets), move(self.key_padding_mask),
             move(self.example_index), move(self.source_ids), move(self.source_mask),
+            self.next_token, {k: move(v) for k, v in self.examples.items()},
         )
 
     def model_inputs(self) -> dict[str, torch.Tensor | None]:
@@ -127,6 +148,18 @@ def scored_examples(total: int, max_examples: int | None) -> torch.Tensor:
     if max_examples is None or max_examples >= total:
         return torch.arange(total)
     return torch.linspace(0, total - 1, max_examples).round().long()
+
+
+def scored_batches(total: int, batch_size: int, max_examples: int | None = None,
+                   spread: bool = True) -> tuple[torch.Tensor, ...]:
+    """The examples an evaluation scores, as index tensors of at most ``batch_size``: all
+    ``total`` of them, or ``max_examples`` spread over the split (:func:`scored_examples`)
+    or, with ``spread=False``, the first ``max_examples``."""
+    if spread:
+        index = scored_examples(total, max_examples)
+    else:
+        index = torch.arange(total if max_examples is None else min(total, max_examples))
+    return index.split(batch_size)
 
 
 def target_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str = "cross_entropy",
@@ -173,71 +206,97 @@ def training_loss(logits: torch.Tensor, targets: torch.Tensor, cfg) -> torch.Ten
 
 
 def causal_batch(split: SequenceSplit) -> Batch:
-    """All answer positions of every example in one causal pass."""
+    """All answer positions of every example in one causal pass (a ``next_token`` batch)."""
     tokens = split.tokens
     inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
     position = torch.arange(1, tokens.shape[1]).unsqueeze(0)  # index of the target token
     is_answer = (position >= split.prompt_lengths[:, None]) & (position < split.lengths[:, None])
     targets[~is_answer] = IGNORE
-    return Batch(inputs, targets, example_index=torch.arange(len(split)))
+    return Batch(inputs, targets, example_index=torch.arange(len(split)), next_token=True)
 
 
-def prefix_batch(split: SequenceSplit) -> Batch:
-    """One row per (example, answer token): the row holds the prefix before that token.
+def prefix_rows(batch: Batch) -> Batch:
+    """A ``next_token`` batch as a model without a causal mask reads it: one row per scored
+    position (example by example, left to right), holding the prefix up to that position
+    (the rest padding, masked); its single target is the next token.
 
-    This is how a model without a causal mask is trained and scored on next-token
-    prediction: every prediction gets its own forward pass over exactly its prefix.
+    This is how such a model is trained and scored on next-token prediction: every
+    prediction gets its own forward pass over exactly its prefix.
     """
-    answer_lengths = split.lengths - split.prompt_lengths
-    example = torch.repeat_interleave(torch.arange(len(split)), answer_lengths)
-    offsets = torch.arange(len(example)) - torch.repeat_interleave(
-        torch.cumsum(answer_lengths, 0) - answer_lengths, answer_lengths
-    )
-    prefix_len = split.prompt_lengths[example] + offsets
-    width = int(prefix_len.max())
-    rows = split.tokens[example, :width].clone()
+    row, position = torch.nonzero(batch.targets != IGNORE, as_tuple=True)
+    prefix_len = position + 1
+    width = int(prefix_len.max()) if len(row) else 0
+    rows = batch.input_ids[row, :width].clone()
     real = torch.arange(width).unsqueeze(0) < prefix_len[:, None]
     rows[~real] = 0
     targets = torch.full_like(rows, IGNORE)
-    last = prefix_len - 1
-    targets[torch.arange(len(example)), last] = split.tokens[example, prefix_len]
-    return Batch(rows, targets, key_padding_mask=real, example_index=example)
+    targets[torch.arange(len(row)), position] = batch.targets[row, position]
+    examples = row if batch.example_index is None else batch.example_index[row]
+    return Batch(rows, targets, key_padding_mask=real, example_index=examples,
+                 examples=batch.examples)
 
 
-def model_is_causal(model) -> bool:
-    return getattr(model, "is_causal", True)
+def prefix_batch(split: SequenceSplit) -> Batch:
+    """One row per (example, answer token): the prefix before that token (:func:`prefix_rows`
+    of :func:`causal_batch`)."""
+    return prefix_rows(causal_batch(split))
 
 
-@torch.no_grad()
-def greedy_generate(model, prompt_ids: list[int], max_new_tokens: int, stop_id: int | None,
-                    device="cpu") -> list[int]:
-    """Plain greedy decoding, one token at a time (reference for the one-pass scorer)."""
-    ids = list(prompt_ids)
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        x = torch.tensor([ids], device=device)
-        mask = None if model_is_causal(model) else torch.ones_like(x, dtype=torch.bool)
-        logits = model(x, key_padding_mask=mask)
-        nxt = int(logits[0, -1].argmax())
-        out.append(nxt)
-        ids.append(nxt)
-        if stop_id is not None and nxt == stop_id:
-            break
-    return out
+def group_breakdown(split: str, correct: torch.Tensor, groups: dict[str, torch.Tensor],
+                    index: torch.Tensor) -> dict[str, float]:
+    """``{split}/exact_match/{group}={value}``: the mean of ``correct`` (one entry per scored
+    example, at split positions ``index``) over the examples of each group value."""
+    metrics = {}
+    for group, labels in groups.items():
+        labels = labels[index]
+        for value in torch.unique(labels).tolist():
+            metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
+    return metrics
 
 
 class Task(ABC):
-    """Owns a vocabulary and named splits; yields batches; scores a model."""
+    """Owns a vocabulary and named splits; yields batches and scores logits on them. A task
+    never sees a model: :func:`sglab.train.evaluate.evaluate` calls the model on
+    :meth:`eval_batches` and hands the logits to :meth:`score`, then :meth:`finalize`."""
 
     config: TaskConfig
     vocab: Vocabulary
 
     @abstractmethod
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch: ...
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch: ...
 
     @abstractmethod
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None,
-                 device) -> dict[str, float]: ...
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The batches that score ``split`` (all examples, or ``max_examples`` of them), each
+        with what its examples need for scoring (``Batch.examples``)."""
+
+    @abstractmethod
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """What one evaluation batch contributes, from the model's float ``logits`` on it:
+        numbers are summed over the batches, tensors (one row per example) concatenated on
+        the CPU and dicts gathered key by key (:func:`sglab.train.evaluate.gather`)."""
+
+    @abstractmethod
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """The metrics of ``split`` (``{split}/{name}``, with the per-group breakdowns) from
+        the gathered :meth:`score` dicts."""
+
+    # generation: tasks whose answers a model produces token by token
+
+    def decode_batches(self, split: str, batch_size: int, max_examples: int | None = None,
+                       **options) -> Iterator[Batch]:
+        """Batches holding what greedy decoding starts from (the prompts, the source)."""
+        raise SglabError(f"task {self.config.name!r} does not generate its answers")
+
+    def decode_step(self, batch: Batch, logits: torch.Tensor) -> tuple[Batch, bool]:
+        """``batch`` with each unfinished row's greedy next token (from ``logits``, the
+        model's float output on ``batch``) appended, and whether every row is finished."""
+        raise SglabError(f"task {self.config.name!r} does not generate its answers")
+
+    def decoded(self, batch: Batch) -> list[list[int]]:
+        """The generated token ids of each example of a finished decode batch."""
+        raise SglabError(f"task {self.config.name!r} does not generate its answers")
 
     def check_model(self, model_config) -> None:
         """Raise SglabError if this task cannot be trained with that model config."""
@@ -289,41 +348,65 @@ class PromptAnswerTask(GeneratedSplitsTask):
 
     splits: dict[str, SequenceSplit]
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.splits["train"]
         index = torch.randint(len(train), (batch_size,), generator=generator)
-        sub = train.subset(index)
-        return causal_batch(sub) if causal else prefix_batch(sub)
+        return causal_batch(train.subset(index))
 
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
-        """Exact match of greedy answers, answer-token loss, and per-group breakdowns."""
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
         data = self.split(split)
-        index = scored_examples(len(data), max_examples)
-        causal = model_is_causal(model)
-        correct_all, loss_sum, token_count = [], 0.0, 0
-        for start in range(0, len(index), batch_size):
-            sub = data.subset(index[start: start + batch_size])
-            batch = (causal_batch(sub) if causal else prefix_batch(sub)).to(device)
-            logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
-            scored = batch.targets != IGNORE
-            loss_sum += float(target_loss(logits, batch.targets, reduction="sum"))
-            token_count += int(scored.sum())
-            wrong = ((logits.argmax(-1) != batch.targets) & scored).sum(1)
-            example_wrong = torch.zeros(len(sub), dtype=torch.long, device=device)
-            example_wrong.index_add_(0, batch.example_index, wrong)
-            correct_all.append((example_wrong == 0).cpu())
-        correct = torch.cat(correct_all).float()
+        for chosen in scored_batches(len(data), batch_size, max_examples):
+            yield replace(causal_batch(data.subset(chosen)), examples={"index": chosen})
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Answer-token loss, and per example whether every answer token is the argmax."""
+        scored = batch.targets != IGNORE
+        wrong = ((logits.argmax(-1) != batch.targets) & scored).sum(1)
+        index = batch.examples["index"]
+        example_wrong = torch.zeros(len(index), dtype=torch.long, device=logits.device)
+        example_wrong.index_add_(0, batch.example_index, wrong)
+        return {"loss": float(target_loss(logits, batch.targets, reduction="sum")),
+                "tokens": int(scored.sum()), "correct": example_wrong == 0, "index": index}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """Exact match of greedy answers, answer-token loss, and per-group breakdowns."""
+        correct = totals["correct"].float()
         metrics = {
             f"{split}/exact_match": float(correct.mean()),
-            f"{split}/loss": loss_sum / max(token_count, 1),
+            f"{split}/loss": totals["loss"] / max(totals["tokens"], 1),
         }
-        for group, labels in data.groups.items():
-            labels = labels[index]
-            for value in torch.unique(labels).tolist():
-                metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
+        metrics.update(group_breakdown(split, correct, self.split(split).groups, totals["index"]))
         return metrics
+
+    def decode_batches(self, split: str, batch_size: int, max_examples: int | None = None,
+                       **options) -> Iterator[Batch]:
+        """The prompts, right-padded to the whole example (padding masked); each example is
+        decoded for as many tokens as its answer has."""
+        data = self.split(split)
+        for chosen in scored_batches(len(data), batch_size, max_examples):
+            sub = data.subset(chosen)
+            real = torch.arange(sub.tokens.shape[1])[None] < sub.prompt_lengths[:, None]
+            yield Batch(sub.tokens.masked_fill(~real, 0), torch.full_like(sub.tokens, IGNORE),
+                        key_padding_mask=real,
+                        examples={"index": chosen, "start": sub.prompt_lengths,
+                                  "length": sub.prompt_lengths.clone(), "stop": sub.lengths})
+
+    def decode_step(self, batch: Batch, logits: torch.Tensor) -> tuple[Batch, bool]:
+        length, stop = batch.examples["length"], batch.examples["stop"]
+        rows = torch.nonzero(length < stop).flatten()
+        ids, real = batch.input_ids.clone(), batch.key_padding_mask.clone()
+        ids[rows, length[rows]] = logits[rows, length[rows] - 1].argmax(-1)
+        real[rows, length[rows]] = True
+        length = torch.minimum(length + 1, stop)
+        return (replace(batch, input_ids=ids, key_padding_mask=real,
+                        examples={**batch.examples, "length": length}),
+                bool((length >= stop).all()))
+
+    def decoded(self, batch: Batch) -> list[list[int]]:
+        start, length = batch.examples["start"], batch.examples["length"]
+        return [batch.input_ids[i, int(start[i]): int(length[i])].tolist()
+                for i in range(len(start))]
 
 
 def build_task(config: TaskConfig) -> Task:
@@ -471,7 +554,7 @@ class SequenceClassificationTask(GeneratedSplitsTask):
             raise SglabError(f"task {self.config.name!r} needs an encoder: set "
                              "model.attention_mask=bidirectional")
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """Uniform draws from the training set, or with ``train_sampling=bucketed`` (a task
         config that has the field) one input length per batch."""
         if getattr(self.config, "train_sampling", "dataset") == "bucketed":
@@ -494,31 +577,24 @@ class SequenceClassificationTask(GeneratedSplitsTask):
         pick = torch.randint(len(group), (batch_size,), generator=generator)
         return train.subset(group[pick]).batch()
 
-    @torch.no_grad()
-    def predict(self, model, split: str, batch_size: int = 1024, max_examples: int | None = None,
-                device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """(predicted label ids, loss per example) over the examples ``scored_examples``
-        picks, in that order."""
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
         data = self.split(split)
-        index = scored_examples(len(data), max_examples)
-        predictions, losses = [], []
-        for start in range(0, len(index), batch_size):
-            batch = data.subset(index[start: start + batch_size]).batch().to(device)
-            logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask).float()
-            losses.append(F.cross_entropy(logits[:, 0], batch.targets[:, 0], reduction="none").cpu())
-            predictions.append(logits[:, 0].argmax(-1).cpu())
-        return torch.cat(predictions), torch.cat(losses)
+        for chosen in scored_batches(len(data), batch_size, max_examples):
+            yield replace(data.subset(chosen).batch(), examples={"index": chosen})
 
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """The predicted label id and the loss of each example (read out from one column)."""
+        return {"predicted": logits[:, 0].argmax(-1),
+                "loss": F.cross_entropy(logits[:, 0], batch.targets[:, 0], reduction="none"),
+                "index": batch.examples["index"]}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
         """Accuracy (``exact_match``), loss, and accuracy per group value."""
         data = self.split(split)
-        predictions, losses = self.predict(model, split, batch_size, max_examples, device)
-        index = scored_examples(len(data), max_examples)
-        correct = (predictions == data.labels[index]).float()
-        metrics = {f"{split}/exact_match": float(correct.mean()), f"{split}/loss": float(losses.mean())}
-        for group, labels in data.groups.items():
-            labels = labels[index]
-            for value in torch.unique(labels).tolist():
-                metrics[f"{split}/exact_match/{group}={value}"] = float(correct[labels == value].mean())
+        index = totals["index"]
+        correct = (totals["predicted"] == data.labels[index]).float()
+        metrics = {f"{split}/exact_match": float(correct.mean()),
+                   f"{split}/loss": float(totals["loss"].mean())}
+        metrics.update(group_breakdown(split, correct, data.groups, index))
         return metrics

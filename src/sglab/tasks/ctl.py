@@ -155,10 +155,10 @@ class CTLTask(SequenceClassificationTask):
         return vocab, splits
 
     # ------------------------------------------------------------------ training batches
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         if self.config.train_sampling == "uniform":
             return self._fresh_batch(batch_size, generator)
-        return super().train_batch(batch_size, generator, causal)  # dataset, bucketed
+        return super().train_batch(batch_size, generator)  # dataset, bucketed
 
     def _fresh_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """Lengths uniform over ``train_lengths`` (``batch_lengths=one``: one draw for the

@@ -267,12 +267,12 @@ class CTLPPTask(SequenceClassificationTask):
                                    {"length": torch.cat(sizes)})
 
     # ------------------------------------------------------------------ training batches
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         one_length = self.config.batch_lengths == "one"
         if self.config.lengths == "thesis":
             if one_length:
                 return self.length_bucketed_batch(batch_size, generator)
-            return super().train_batch(batch_size, generator, causal)
+            return super().train_batch(batch_size, generator)
         return self.fresh_batch(batch_size, generator, one_length)
 
     def fresh_batch(self, batch_size: int, generator: torch.Generator,

@@ -26,6 +26,7 @@ resizes the 8x8 digits (bilinear, rounded to the pixel levels) before that: 28 g
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +38,7 @@ from pydantic import Field, model_validator
 from sglab import registry
 from sglab.config import TaskConfig, check_switches
 from sglab.errors import SglabError
-from sglab.tasks.base import Batch, SplitsTask, Vocabulary
+from sglab.tasks.base import Batch, SplitsTask, Vocabulary, scored_batches
 from sglab.tasks.published import Source, fetch, missing_files
 
 CLASSES = 10
@@ -259,31 +260,26 @@ class DigitsTask(SplitsTask):
         if outputs is not None and outputs != 1:
             raise SglabError("task digits has one answer slot (the class): set model.outputs=1")
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.splits["train"]
         rows = self.train_rows[torch.randint(len(self.train_rows), (batch_size,),
                                              generator=generator)]
         return Batch(train["pixels"][rows].long(), train["labels"][rows, None])
 
-    @torch.no_grad()
-    def logits(self, model, split: str, batch_size: int = 1024,
-               max_examples: int | None = None, device="cpu") -> torch.Tensor:
-        """Class logits [n, classes] on the first examples of a split."""
-        pixels = self.split(split)["pixels"]
-        n = len(pixels) if max_examples is None else min(len(pixels), max_examples)
-        out = [model(pixels[s:min(s + batch_size, n)].to(device).long())[:, 0, :CLASSES]
-               .float().cpu()
-               for s in range(0, n, batch_size)]
-        return torch.cat(out)
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The first ``max_examples`` images of a split (all: None) with their labels."""
+        data = self.split(split)
+        for rows in scored_batches(len(data["labels"]), batch_size, max_examples, spread=False):
+            yield Batch(data["pixels"][rows].long(), data["labels"][rows, None])
 
-    def predict(self, model, split: str, batch_size: int = 1024) -> torch.Tensor:
-        """Predicted classes [n] on a split."""
-        return self.logits(model, split, batch_size).argmax(-1)
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """The class logits [n, classes] of the batch's images, and their labels."""
+        return {"logits": logits[:, 0, :CLASSES], "labels": batch.targets[:, 0]}
 
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
-        logits = self.logits(model, split, batch_size, max_examples, device)
-        labels = self.split(split)["labels"][: len(logits)]
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """Accuracy, loss, and the true-positive rate per class and on average."""
+        logits, labels = totals["logits"], totals["labels"]
         predictions = logits.argmax(-1)
         rates = true_positive_rates(predictions, labels)
         present = ~rates.isnan()

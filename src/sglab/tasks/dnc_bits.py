@@ -25,6 +25,7 @@ batches generated from ``data_seed``. Scored on the output phases: ``bit_accurac
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -215,37 +216,39 @@ class BitTask(Task):
     def sample(self, g: torch.Generator, batch: int) -> BitBatch:
         raise NotImplementedError
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         data = self.sample(generator, batch_size)
         return Batch(data.inputs, data.targets)
 
-    @torch.no_grad()
-    def predictions(self, model, data: BitBatch, device="cpu") -> torch.Tensor:
-        """Output logits [B, T, output_bits] of ``model`` on a bit batch."""
-        return model(data.inputs.to(device)).float().cpu()
-
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int = 0, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def eval_batches(self, split: str, batch_size: int = 0,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The fixed validation batches (``valid_batches`` of ``valid_batch_size`` rows; the
+        batch size is theirs), until ``max_examples`` rows are reached."""
         if split != "iid_valid":
             raise SglabError(f"task {self.config.name} has no split {split!r}; splits: iid_valid")
-        loss, right_bits, scored_bits, wrong_rows, rows = 0.0, 0, 0, [], 0
+        rows = 0
         for data in self.valid:
             if max_examples is not None and rows >= max_examples:
                 break
-            logits = self.predictions(model, data, device)
-            loss += float(target_loss(logits, data.targets, "bits", reduction="sum"))
-            wrong = ((logits > 0).long() != unpack(data.targets, self.output_bits)) \
-                & data.scored.unsqueeze(-1)
-            wrong_rows.append(wrong.sum((1, 2)))
-            scored_bits += int(data.scored.sum()) * self.output_bits
-            right_bits += int(data.scored.sum()) * self.output_bits - int(wrong.sum())
             rows += len(data.inputs)
-        wrong_per_row = torch.cat(wrong_rows).float()
+            yield Batch(data.inputs, data.targets, examples={"scored": data.scored})
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Bit loss, right and scored bits, wrong bits per row."""
+        logits, targets = logits.cpu(), batch.targets.cpu()
+        scored = batch.examples["scored"].cpu()
+        wrong = ((logits > 0).long() != unpack(targets, self.output_bits)) & scored.unsqueeze(-1)
+        scored_bits = int(scored.sum()) * self.output_bits
+        return {"loss": float(target_loss(logits, targets, "bits", reduction="sum")),
+                "wrong_rows": wrong.sum((1, 2)), "scored_bits": scored_bits,
+                "right_bits": scored_bits - int(wrong.sum()), "rows": len(targets)}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        wrong_per_row = totals["wrong_rows"].float()
         return {f"{split}/exact_match": float((wrong_per_row == 0).float().mean()),
-                f"{split}/bit_accuracy": right_bits / max(scored_bits, 1),
+                f"{split}/bit_accuracy": totals["right_bits"] / max(totals["scored_bits"], 1),
                 f"{split}/wrong_bits": float(wrong_per_row.mean()),
-                f"{split}/loss": loss / rows}
+                f"{split}/loss": totals["loss"] / totals["rows"]}
 
 
 class RepeatCopyTask(BitTask):

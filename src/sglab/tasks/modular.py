@@ -15,6 +15,7 @@ the evaluation splits always hold every kind of example, with accuracy per opera
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar, Literal
 
 import torch
@@ -24,7 +25,7 @@ from pydantic import Field
 from sglab import registry
 from sglab.config import TaskConfig
 from sglab.errors import SglabError
-from sglab.tasks.base import IGNORE, Batch, SplitsTask, Vocabulary
+from sglab.tasks.base import IGNORE, Batch, SplitsTask, Vocabulary, scored_batches
 
 DIGITS = [str(d) for d in range(10)]
 OPS = ["+", "*"]
@@ -96,38 +97,35 @@ class ModularTask(SplitsTask):
     def training_view(self, tokens, answers, groups):
         return tokens, answers
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.splits["train"]
         index = torch.randint(len(train["tokens"]), (batch_size,), generator=generator)
         tokens, answers = self.training_view(train["tokens"][index], train["answers"][index],
                                              {k: v[index] for k, v in train.items()})
         return Batch(tokens, answers)
 
-    @torch.no_grad()
-    def predict(self, model, split: str, batch_size: int = 1024, device="cpu") -> torch.Tensor:
-        """Predicted answer token ids [n, k] on a split."""
-        tokens = self.split(split)["tokens"]
-        out = [model(tokens[s:s + batch_size].to(device)).argmax(-1).cpu()
-               for s in range(0, len(tokens), batch_size)]
-        return torch.cat(out)
-
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The first ``max_examples`` examples (all: None), every answer slot scored."""
         data = self.split(split)
-        n = len(data["tokens"]) if max_examples is None else min(len(data["tokens"]), max_examples)
-        right, losses = [], []
-        for start in range(0, n, batch_size):
-            tokens = data["tokens"][start:start + batch_size][: n - start].to(device)
-            answers = data["answers"][start:start + len(tokens)].to(device)
-            logits = model(tokens).float()
-            losses.append(F.cross_entropy(logits.flatten(0, 1), answers.flatten(),
-                                          reduction="none").view(answers.shape).mean(1).cpu())
-            right.append((logits.argmax(-1) == answers).cpu())
-        right_slots = torch.cat(right)
+        for rows in scored_batches(len(data["tokens"]), batch_size, max_examples, spread=False):
+            yield Batch(data["tokens"][rows], data["answers"][rows])
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Per example: the predicted answer tokens [k], which slots are right, the loss
+        averaged over the slots."""
+        answers = batch.targets
+        predicted = logits.argmax(-1)
+        loss = F.cross_entropy(logits.flatten(0, 1), answers.flatten(), reduction="none")
+        return {"predicted": predicted, "right": predicted == answers,
+                "loss": loss.view(answers.shape).mean(1)}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """Exact match (every slot right), loss, and the task's :meth:`group_metrics`."""
+        right_slots = totals["right"]
         metrics = {f"{split}/exact_match": float(right_slots.all(1).float().mean()),
-                   f"{split}/loss": float(torch.cat(losses).mean())}
-        metrics.update(self.group_metrics(split, data, right_slots))
+                   f"{split}/loss": float(totals["loss"].mean())}
+        metrics.update(self.group_metrics(split, self.split(split), right_slots))
         return metrics
 
     def group_metrics(self, split, data, right_slots) -> dict[str, float]:

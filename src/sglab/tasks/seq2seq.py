@@ -10,14 +10,16 @@ shares them). A training batch is a :class:`~sglab.tasks.base.Batch` whose
 * ``input_ids`` is the teacher-forced decoder input ``<eos> y_1 .. y_m``,
 * ``targets`` is ``y_1 .. y_m <eos>`` (``IGNORE`` on padding): EOS is always trained.
 
-The Trainer passes ``Batch.model_inputs()`` to the model, so it needs no special case.
+The model is called as every model is (``model(input_ids, **batch.model_inputs())``), so
+neither the Trainer nor the evaluator needs a special case.
 
 Scoring is sequence-level exact match (thesis App. C.1): a prediction is correct only
 if every token matches *and* its length (the position of its first EOS) equals the
 target's. Greedy decoding reproduces ``y_1 .. y_m <eos>`` exactly iff, given the
 correct prefix, the argmax at each of the m + 1 positions is the correct token, so
-:meth:`Seq2SeqTask.evaluate` scores greedy exact match with one teacher-forced pass
-(:func:`greedy_exact_match` decodes token by token and is tested to agree). The
+:meth:`Seq2SeqTask.score` scores greedy exact match from one teacher-forced pass (its
+decode step, driven by :func:`sglab.train.evaluate.greedy_decode`, decodes token by token
+and is tested to agree). The
 oracle-length variant (Newman et al. 2020) suppresses EOS for the first m steps and
 stops after m tokens: correct iff the argmax over non-EOS tokens is right at each of
 the first m positions.
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 import itertools
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -40,7 +43,8 @@ from sglab.tasks.base import (
     Batch,
     SplitsTask,
     Vocabulary,
-    scored_examples,
+    group_breakdown,
+    scored_batches,
     selected_groups,
     target_loss,
     trimmed_rows,
@@ -113,24 +117,6 @@ def sequence_exact_match(predicted: list[list[int]], targets: list[list[int]]) -
     return torch.tensor([list(p) == list(t) for p, t in zip(predicted, targets)])
 
 
-@torch.no_grad()
-def greedy_exact_match(model, split: PairSplit, eos_id: int, oracle_length: bool = False,
-                       device="cpu") -> torch.Tensor:
-    """Exact match by actual token-by-token greedy decoding (reference for the scorer).
-
-    Decoding runs for at most (longest target + 1) steps and stops at EOS; with
-    ``oracle_length`` EOS is suppressed and each example is cut at its target length.
-    """
-    batch = seq2seq_batch(split, eos_id).to(device)
-    max_steps = int(split.target_lengths.max()) + 1
-    predicted = model.generate(batch.source_ids, batch.source_mask, max_steps, eos_id,
-                               suppress_eos=oracle_length)
-    targets = [split.target[i, : int(n)].tolist() for i, n in enumerate(split.target_lengths)]
-    if oracle_length:
-        predicted = [p[: len(t)] for p, t in zip(predicted, targets)]
-    return sequence_exact_match(predicted, targets)
-
-
 class Seq2SeqTaskConfig(TaskConfig):
     """Fields every sequence-to-sequence task shares."""
 
@@ -195,7 +181,7 @@ class Seq2SeqTask(SplitsTask):
 
     def example_groups(self, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
         """Integer labels per example (name -> one label per pair) beside ``target_length``;
-        :meth:`evaluate` logs ``<split>/exact_match/<name>=<label>`` for each."""
+        :meth:`finalize` logs ``<split>/exact_match/<name>=<label>`` for each."""
         return {}
 
     def detokenize(self, tokens: list[str]) -> str:
@@ -216,7 +202,7 @@ class Seq2SeqTask(SplitsTask):
             raise SglabError(f"task {self.config.name!r} maps sequences to sequences and needs an "
                              "encoder-decoder model; set model.name=seq2seq")
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.splits["train"]
         groups = self.config.length_groups
         index = torch.randint(len(train), (batch_size * groups,), generator=generator)
@@ -225,40 +211,71 @@ class Seq2SeqTask(SplitsTask):
             index = parts[int(torch.randint(groups, (1,), generator=generator))]
         return seq2seq_batch(train.subset(index), self.eos_id)
 
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
-        """Greedy exact match (one teacher-forced pass, see the module docstring), token
-        loss over the targets including EOS, per-target-length exact match, and with
-        ``eval_oracle_length`` the oracle-length exact match."""
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
         data = self.split(split)
-        index = scored_examples(len(data), max_examples)
-        oracle = self.config.eval_oracle_length
-        correct, oracle_correct, loss_sum, token_count = [], [], 0.0, 0
-        for start in range(0, len(index), batch_size):
-            sub = data.subset(index[start: start + batch_size])
-            batch = seq2seq_batch(sub, self.eos_id).to(device)
-            logits = model(batch.input_ids, **batch.model_inputs()).float()
-            scored = batch.targets != IGNORE
-            loss_sum += float(target_loss(logits, batch.targets, reduction="sum"))
-            token_count += int(scored.sum())
-            right = (logits.argmax(-1) == batch.targets) | ~scored
-            correct.append(right.all(1).cpu())
-            if oracle:
-                before_eos = scored & (batch.targets != self.eos_id)
-                logits[..., self.eos_id] = float("-inf")
-                right = (logits.argmax(-1) == batch.targets) | ~before_eos
-                oracle_correct.append(right.all(1).cpu())
-        hits = torch.cat(correct).float()
+        for chosen in scored_batches(len(data), batch_size, max_examples):
+            yield replace(seq2seq_batch(data.subset(chosen), self.eos_id),
+                          examples={"index": chosen})
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Token loss over the targets including EOS, and per example greedy exact match (one
+        teacher-forced pass, see the module docstring) and with ``eval_oracle_length`` the
+        oracle-length exact match."""
+        scored = batch.targets != IGNORE
+        right = (logits.argmax(-1) == batch.targets) | ~scored
+        out = {"loss": float(target_loss(logits, batch.targets, reduction="sum")),
+               "tokens": int(scored.sum()), "correct": right.all(1), "index": batch.examples["index"]}
+        if self.config.eval_oracle_length:
+            before_eos = scored & (batch.targets != self.eos_id)
+            logits[..., self.eos_id] = float("-inf")
+            right = (logits.argmax(-1) == batch.targets) | ~before_eos
+            out["oracle_correct"] = right.all(1)
+        return out
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """Greedy exact match, loss, with ``eval_oracle_length`` the oracle-length exact
+        match, and exact match per target length (and per :meth:`example_groups`)."""
+        hits = totals["correct"].float()
         metrics = {f"{split}/exact_match": float(hits.mean()),
-                   f"{split}/loss": loss_sum / max(token_count, 1)}
-        if oracle:
-            metrics[f"{split}/oracle_exact_match"] = float(torch.cat(oracle_correct).float().mean())
-        for group, labels in data.groups.items():
-            labels = labels[index]
-            for value in torch.unique(labels).tolist():
-                metrics[f"{split}/exact_match/{group}={value}"] = float(hits[labels == value].mean())
+                   f"{split}/loss": totals["loss"] / max(totals["tokens"], 1)}
+        if "oracle_correct" in totals:
+            metrics[f"{split}/oracle_exact_match"] = float(totals["oracle_correct"].float().mean())
+        metrics.update(group_breakdown(split, hits, self.split(split).groups, totals["index"]))
         return metrics
+
+    def decode_batches(self, split: str, batch_size: int, max_examples: int | None = None,
+                       oracle_length: bool = False) -> Iterator[Batch]:
+        """The source and the decoder input ``<eos>`` (= BOS) of each example. Decoding stops
+        at the first EOS, or after target length + 1 tokens (the output is wrong by then);
+        ``oracle_length``: EOS is never chosen and each example stops at its target length."""
+        data = self.split(split)
+        for chosen in scored_batches(len(data), batch_size, max_examples):
+            batch = seq2seq_batch(data.subset(chosen), self.eos_id)
+            lengths = data.target_lengths[chosen]
+            yield replace(batch, input_ids=batch.input_ids[:, :1], targets=batch.targets[:, :1],
+                          examples={"index": chosen, "steps": lengths + (not oracle_length),
+                                    "done": lengths < 0,
+                                    "suppress_eos": torch.full_like(lengths, oracle_length)})
+
+    def decode_step(self, batch: Batch, logits: torch.Tensor) -> tuple[Batch, bool]:
+        examples = batch.examples
+        logits = logits[:, -1].clone()
+        if bool(examples["suppress_eos"].any()):
+            logits[examples["suppress_eos"].bool(), self.eos_id] = float("-inf")
+        done = examples["done"]
+        chosen = logits.argmax(-1).masked_fill(done, self.eos_id)  # finished rows repeat EOS
+        steps = batch.input_ids.shape[1]  # tokens decided so far, plus the first <eos>
+        done = done | (chosen == self.eos_id) | (examples["steps"] <= steps)
+        ids = torch.cat([batch.input_ids, chosen[:, None]], 1)
+        return (replace(batch, input_ids=ids, targets=torch.full_like(ids, IGNORE),
+                        examples={**examples, "done": done}), bool(done.all()))
+
+    def decoded(self, batch: Batch) -> list[list[int]]:
+        """Each example's tokens up to (without) its first EOS, at most its step limit."""
+        rows = batch.input_ids[:, 1:].tolist()
+        return [(row[: row.index(self.eos_id)] if self.eos_id in row else row)[:steps]
+                for row, steps in zip(rows, batch.examples["steps"].tolist())]
 
     def pairs_text(self, split: str) -> list[tuple[str, str]]:
         """(source, target) strings of a split, in stored order."""

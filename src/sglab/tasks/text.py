@@ -22,6 +22,7 @@ import functools
 import hashlib
 import importlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -31,7 +32,7 @@ from pydantic import Field, model_validator
 from sglab import registry
 from sglab.config import TaskConfig, check_switches
 from sglab.errors import SglabError
-from sglab.tasks.base import Batch, Task, Vocabulary, target_loss
+from sglab.tasks.base import Batch, Task, Vocabulary, scored_batches, target_loss
 from sglab.tasks.text_corpora import (
     enwik8_bounds,
     enwik8_file,
@@ -192,7 +193,7 @@ class TextTask(Task):
             raise SglabError("task text is causal language modelling; set "
                              "model.attention_mask=causal")
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         data, width = self.splits["train"], self.config.context + 1
         starts = torch.randint(len(data) - width + 1, (batch_size,), generator=generator)
         rows = data[starts[:, None] + torch.arange(width)].long()
@@ -216,21 +217,25 @@ class TextTask(Task):
         n = (len(data) - 1) // c
         return data[torch.arange(n)[:, None] * c + torch.arange(c + 1)].long()
 
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The first ``eval_windows`` windows (and at most ``max_examples``), next tokens as
+        targets."""
         rows = self.windows(split)[: self.config.eval_windows]
-        rows = rows if max_examples is None else rows[:max_examples]
-        loss, correct, count = 0.0, 0, 0
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size].to(device)
-            logits = model(chunk[:, :-1]).float()
-            loss += float(target_loss(logits, chunk[:, 1:], reduction="sum"))
-            correct += int((logits.argmax(-1) == chunk[:, 1:]).sum())
-            count += chunk[:, 1:].numel()
-        mean = loss / max(count, 1)
+        for chosen in scored_batches(len(rows), batch_size, max_examples, spread=False):
+            yield Batch(rows[chosen, :-1], rows[chosen, 1:])
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        return {"loss": float(target_loss(logits, batch.targets, reduction="sum")),
+                "correct": int((logits.argmax(-1) == batch.targets).sum()),
+                "tokens": batch.targets.numel()}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """Loss, perplexity and next-token accuracy; per byte, bits per byte."""
+        count = max(totals["tokens"], 1)
+        mean = totals["loss"] / count
         metrics = {f"{split}/loss": mean, f"{split}/ppl": math.exp(min(mean, 50.0)),
-                   f"{split}/accuracy": correct / max(count, 1)}
+                   f"{split}/accuracy": totals["correct"] / count}
         if self.wikitext is None:  # per byte
             metrics[f"{split}/bpb"] = mean / math.log(2)
         return metrics

@@ -28,6 +28,7 @@ generator so that a resumed run replays the same batches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -38,7 +39,7 @@ from pydantic import Field, model_validator
 from sglab import registry
 from sglab.config import TaskConfig, check_switches
 from sglab.errors import SglabError
-from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary, target_loss
+from sglab.tasks.base import IGNORE, Batch, Task, Vocabulary, scored_batches, target_loss
 
 PAD_ID, MASK_ID, FIRST_WORD = 0, 1, 2
 
@@ -176,9 +177,8 @@ class TopicsTask(Task):
         seed = config.data_seed
         self.documents = {"iid_test": sample_documents(config, config.eval_documents,
                                                        np.random.default_rng([seed, 1]))}
-        self.eval_batches = {"iid_test": corrupt(config, self.documents["iid_test"],
-                                                 np.random.default_rng([seed, 2]),
-                                                 len(self.vocab))}
+        self.masked = {"iid_test": corrupt(config, self.documents["iid_test"],
+                                           np.random.default_rng([seed, 2]), len(self.vocab))}
         if config.train_documents is not None:
             self.documents["train"] = sample_documents(config, config.train_documents,
                                                        np.random.default_rng([seed, 0]))
@@ -198,7 +198,7 @@ class TopicsTask(Task):
         c = self.config
         return 1.0 / (c.words_per_topic * (1 - (1 - c.keep_probability) * c.mask_probability))
 
-    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> Batch:
+    def train_batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         rng = np.random.default_rng(seed)
         if self.config.train_documents is None:
@@ -211,33 +211,38 @@ class TopicsTask(Task):
             docs = Documents(train.tokens[index, :width], lengths, train.mixtures[index])
         return corrupt(self.config, docs, rng, len(self.vocab))
 
-    @torch.no_grad()
-    def evaluate(self, model, split: str, batch_size: int, max_examples: int | None = None,
-                 device="cpu") -> dict[str, float]:
-        """Loss (cross-entropy and squared) and accuracy at the selected positions of the
-        held-out documents, with their fixed masks; ``in_document``: the predicted word
-        occurs in the (uncorrupted) document."""
-        if split not in self.eval_batches:
+    def eval_batches(self, split: str, batch_size: int,
+                     max_examples: int | None = None) -> Iterator[Batch]:
+        """The held-out documents with their fixed masks (``masked``), each with its
+        uncorrupted tokens (``examples["documents"]``)."""
+        if split not in self.masked:
             raise SglabError(f"task topics has no evaluation split {split!r}; splits: iid_test")
-        data, docs = self.eval_batches[split], self.documents[split]
-        n = len(docs) if max_examples is None else min(len(docs), max_examples)
-        sums = {"loss": 0.0, "squared_loss": 0.0, "accuracy": 0.0, "in_document": 0.0}
-        count = 0
-        for start in range(0, n, batch_size):
-            rows = slice(start, min(start + batch_size, n))
-            inputs, targets = data.input_ids[rows].to(device), data.targets[rows].to(device)
-            logits = model(inputs, key_padding_mask=data.key_padding_mask[rows].to(device)).float()
-            scored = targets != IGNORE
-            sums["loss"] += float(target_loss(logits, targets, reduction="sum"))
-            sums["squared_loss"] += float(target_loss(logits, targets, "squared", reduction="sum"))
-            predicted = logits.argmax(-1)
-            sums["accuracy"] += float((predicted == targets)[scored].sum())
-            present = torch.zeros(logits.shape[0], logits.shape[-1], dtype=torch.bool, device=device)
-            present.scatter_(1, docs.tokens[rows].to(device), True)
-            present[:, PAD_ID] = False
-            sums["in_document"] += float(present.gather(1, predicted)[scored].sum())
-            count += int(scored.sum())
-        return {f"{split}/{k}": v / max(count, 1) for k, v in sums.items()}
+        data, docs = self.masked[split], self.documents[split]
+        for rows in scored_batches(len(docs), batch_size, max_examples, spread=False):
+            yield Batch(data.input_ids[rows], data.targets[rows], data.key_padding_mask[rows],
+                        examples={"documents": docs.tokens[rows]})
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict:
+        """Loss (cross-entropy and squared) and accuracy summed over the selected positions;
+        ``in_document``: the predicted word occurs in the (uncorrupted) document."""
+        targets = batch.targets
+        scored = targets != IGNORE
+        predicted = logits.argmax(-1)
+        present = torch.zeros(logits.shape[0], logits.shape[-1], dtype=torch.bool,
+                              device=logits.device)
+        present.scatter_(1, batch.examples["documents"], True)
+        present[:, PAD_ID] = False
+        return {"loss": float(target_loss(logits, targets, reduction="sum")),
+                "squared_loss": float(target_loss(logits, targets, "squared", reduction="sum")),
+                "accuracy": float((predicted == targets)[scored].sum()),
+                "in_document": float(present.gather(1, predicted)[scored].sum()),
+                "count": int(scored.sum())}
+
+    def finalize(self, split: str, totals: dict) -> dict[str, float]:
+        """The sums of :meth:`score` per selected position."""
+        count = max(totals["count"], 1)
+        return {f"{split}/{k}": totals[k] / count
+                for k in ("loss", "squared_loss", "accuracy", "in_document")}
 
 
 @registry.register("task", "topics", TopicsConfig,

@@ -39,7 +39,8 @@ from torch.func import functional_call, vmap
 
 from sglab.config import RunConfig
 from sglab.models.dropout import member_masks
-from sglab.tasks.base import IGNORE, Batch, model_is_causal, training_loss
+from sglab.tasks.base import IGNORE, Batch, training_loss
+from sglab.train.evaluate import forward_batch, model_batch
 from sglab.train.lock import RunLock
 from sglab.train.loop import (
     RMSPROP_ALPHA,
@@ -176,7 +177,6 @@ class StackedStep:
         self.runs = list(runs)
         template = runs[0].model
         self.template = template
-        self.causal = model_is_causal(template)
         self.device = runs[0].device
         cfg = runs[0].cfg
         trainable = [n for n, p in template.named_parameters() if p.requires_grad]
@@ -198,17 +198,19 @@ class StackedStep:
 
     def _member_forward(self, params, constants, input_ids, key_padding_mask, source_ids,
                         source_mask, seed, step):
-        inputs = {"key_padding_mask": key_padding_mask}
-        if source_ids is not None:
-            inputs.update(source_ids=source_ids, source_mask=source_mask)
+        batch = Batch(input_ids, None, key_padding_mask, source_ids=source_ids,
+                      source_mask=source_mask)
+        member = lambda *args, **inputs: functional_call(self.template, (params, constants),
+                                                         args, inputs)
         with member_masks(seed, step):  # dropout masks from this member's own seed
-            logits = functional_call(self.template, (params, constants), (input_ids,), inputs)
+            logits = forward_batch(member, batch)
         aux_loss = pop_aux_loss(self.template)  # read inside vmap: one value per member
         return logits, (torch.zeros((), device=logits.device) if aux_loss is None else aux_loss)
 
     def step(self, runs: list[RunProgress], lrs: list[float]) -> tuple[list[torch.Tensor], list[int]]:
         self.template.train()
-        batches = [run.task.train_batch(run.cfg.batch_size, run.generator, self.causal)
+        batches = [model_batch(self.template, run.task.train_batch(run.cfg.batch_size,
+                                                                  run.generator))
                    for run in runs]
         batch = _pad_and_stack(batches).to(self.device)
         optional = lambda t: None if t is None else 0

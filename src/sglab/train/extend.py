@@ -30,7 +30,7 @@ from pathlib import Path
 from sglab.config import RunConfig, dump_yaml, validate
 from sglab.errors import SglabError
 from sglab.io import atomic_write_json, atomic_write_text, json_line
-from sglab.store import read_metrics
+from sglab.store import read_metrics, run_dir_of
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
 from sglab.train.loop import (
     ENSEMBLE_SUFFIX,
@@ -56,9 +56,7 @@ def extend_run(runs_dir: str | Path, run_id: str, steps: int):
     :class:`SglabError` that says why, before anything is written.
     """
     runs_dir = Path(runs_dir)
-    source = runs_dir / run_id
-    if not source.is_dir():
-        raise SglabError(f"no run {run_id!r} in {str(runs_dir)!r}; list runs with `sglab runs`")
+    source = run_dir_of(runs_dir, run_id, "--extend")  # a run of this store, by its id
     if run_id.endswith(ENSEMBLE_SUFFIX):
         raise SglabError(f"{run_id!r} was trained as an ensemble member; only a run trained "
                          "alone can be extended (train the longer run with --set train.steps=N)")

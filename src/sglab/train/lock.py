@@ -4,20 +4,27 @@ The lock is an exclusive ``flock`` on ``<run_dir>/.lock``. The kernel releases i
 the process ends in any way (SIGKILL included), so a lock file left behind by a dead
 process is stale by construction and the next trainer takes it over; a live holder makes
 the second process stop with a :class:`RunBusyError` that names it.
+
+The lock file is opened without following a symbolic link (``O_NOFOLLOW``) and made with
+``O_CREAT | O_EXCL``: a link planted at ``.lock`` is an error, never a file overwritten
+elsewhere.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
-from sglab.errors import RunBusyError
+from sglab.errors import RunBusyError, SglabError
+from sglab.store import LOCK_FILE
 
-LOCK_NAME = ".lock"
+LOCK_NAME = LOCK_FILE
 
 
 class RunLock:
@@ -30,24 +37,61 @@ class RunLock:
         self._created_dir = False
 
     def holder(self) -> dict:
-        """What the lock file says about its holder (empty if unreadable)."""
+        """What the lock file says about its holder (empty if unreadable or a link)."""
+        if self.path.is_symlink():
+            return {}
         try:
-            return json.loads(self.path.read_text())
+            holder = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return {}
+        return holder if isinstance(holder, dict) else {}
+
+    def _open(self) -> int:
+        """The lock file, opened read-write: made (``O_EXCL``) or, left by an earlier holder,
+        opened as it is; never through a symbolic link, and only a regular file."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        while True:
+            try:
+                try:
+                    fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    fd = os.open(self.path, flags | os.O_NONBLOCK)
+            except FileNotFoundError:  # removed between the two opens: make it again
+                continue
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or self.path.is_symlink():
+                    raise SglabError(
+                        f"the lock file {str(self.path)!r} is a symbolic link (to "
+                        f"{os.readlink(self.path)!r}); a run's lock is a plain file, and sglab "
+                        "does not write through a link it did not make. Remove the link and "
+                        "rerun (and find out who planted it)") from None
+                raise
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+            raise SglabError(f"the lock file {str(self.path)!r} is not a regular file; remove "
+                             "it and rerun")
 
     def acquire(self) -> None:
+        if self.run_dir.is_symlink() and not self.run_dir.exists():
+            raise SglabError(f"run directory {str(self.run_dir)!r} is a symbolic link to "
+                             f"{os.readlink(self.run_dir)!r}, which does not exist; restore "
+                             "its target or remove the link, then rerun")
         self._created_dir = not self.run_dir.exists()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise SglabError(f"cannot make the run directory {str(self.run_dir)!r}: a file is in "
+                             "the way; move it and rerun") from None
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 raise RunBusyError(self._busy_message()) from None
             try:  # the holder before us may have removed the file it locked: lock the new one
-                same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                same_file = os.lstat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same_file = False
             if same_file:

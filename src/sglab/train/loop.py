@@ -27,8 +27,9 @@ from sglab.names import match_names
 from sglab.provenance import provenance
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
-from sglab.tasks.base import model_is_causal, training_loss
+from sglab.tasks.base import training_loss
 from sglab.train.checkpoints import load_checkpoint, save_checkpoint
+from sglab.train.evaluate import evaluate, forward_batch, model_batch
 from sglab.train.lock import RunLock
 from sglab.train.schedule import (
     Printer,
@@ -158,12 +159,11 @@ def compiled_for_training(model: torch.nn.Module) -> torch.nn.Module:
 class LoneStep:
     """The optimizer step of a single run: forward, loss, backward, clipping, step."""
 
-    def __init__(self, run: RunProgress, causal: bool):
+    def __init__(self, run: RunProgress):
         cfg, device = run.cfg, run.device
         self.compiled = compiled_for_training(run.model) if cfg.compile else run.model
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                          if cfg.precision == "bf16" and device.type == "cuda" else nullcontext())
-        self.causal = causal
 
     def step(self, runs: list[RunProgress], lrs: list[float]) -> tuple[list[torch.Tensor], list[int]]:
         (run,), (lr,) = runs, lrs
@@ -171,9 +171,10 @@ class LoneStep:
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         run.model.train()
-        batch = run.task.train_batch(cfg.batch_size, run.generator, self.causal).to(run.device)
+        batch = model_batch(run.model, run.task.train_batch(cfg.batch_size, run.generator))
+        batch = batch.to(run.device)
         with self.autocast:
-            logits = self.compiled(batch.input_ids, **batch.model_inputs())
+            logits = forward_batch(self.compiled, batch)
         loss = training_loss(logits, batch.targets, cfg)
         aux_loss = pop_aux_loss(run.model)
         if aux_loss is not None:
@@ -323,7 +324,7 @@ class Trainer:
             device = resolve_device(self.config.train.device)
             with torch_threads(self.config.train.threads, device):
                 run = self.prepare(device)
-                stepper = LoneStep(run, model_is_causal(run.model))
+                stepper = LoneStep(run)
                 return run_schedule([run], stepper, self.print)[self.run_id]
 
     def _already_finished(self, summary: dict) -> dict:
@@ -492,13 +493,14 @@ class Trainer:
                     and record.get(cfg.early_stop_metric, -math.inf) >= cfg.early_stop_threshold)
 
     def evaluate(self, task, model, device, max_examples: int | None) -> dict:
-        """Every eval split of the task; ``max_examples=None`` scores all examples. The
-        model's forward statistics (:func:`forward_statistics`) join as ``<split>/<name>``."""
+        """Every eval split of the task (:func:`sglab.train.evaluate.evaluate`);
+        ``max_examples=None`` scores all examples. The model's forward statistics
+        (:func:`forward_statistics`) join as ``<split>/<name>``."""
         record = {}
         for split in task.eval_splits:
             with forward_statistics(model) as statistics:
-                record.update(task.evaluate(model, split, self.config.train.eval_batch_size,
-                                            max_examples, device))
+                record.update(evaluate(model, task, split, self.config.train.eval_batch_size,
+                                       max_examples, device))
             record.update({f"{split}/{name}": value for name, value in statistics.items()})
         return record
 

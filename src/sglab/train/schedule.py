@@ -284,26 +284,55 @@ class _Schedule:
         raise TrainingInterrupted(self.active[0].step, [run.run_id for run in self.active])
 
 
+_STOP_REQUESTED = threading.Event()
+_RUNNING: list[threading.Event] = []  # the stop events of the schedules running now
+
+
+def request_stop() -> None:
+    """Stop every schedule of this process, running or still to come, after its current step
+    with a checkpoint, as a first Ctrl-C does (:class:`TrainingInterrupted`). A sweep's pool
+    workers call it when the sweep is interrupted (:mod:`sglab.sweep.local`); it only sets
+    events, so a signal handler may call it."""
+    _STOP_REQUESTED.set()
+    for event in list(_RUNNING):
+        event.set()
+
+
+def stop_requested() -> bool:
+    """Whether :func:`request_stop` was called in this process."""
+    return _STOP_REQUESTED.is_set()
+
+
 @contextmanager
 def _stop_on_ctrl_c(printer: Printer) -> Iterator[threading.Event]:
-    """An event set by the first Ctrl-C (SIGINT); the next one raises KeyboardInterrupt at
-    once. Outside the main thread (where signals cannot be handled) the event stays unset."""
+    """An event set by the first Ctrl-C (SIGINT) or by :func:`request_stop`; the next Ctrl-C
+    raises KeyboardInterrupt at once. Outside the main thread (where signals cannot be
+    handled) only :func:`request_stop` sets it."""
     interrupted = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupted
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def handle(signum, frame):
+    if _STOP_REQUESTED.is_set():
         interrupted.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        printer("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop at once)")
-
-    signal.signal(signal.SIGINT, handle)
+    _RUNNING.append(interrupted)
     try:
-        yield interrupted
+        if threading.current_thread() is not threading.main_thread():
+            yield interrupted
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def handle(signum, frame):
+            interrupted.set()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            printer("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop "
+                    "at once)")
+
+        # a stop asked before (a worker's first Ctrl-C came while it built the task): the
+        # next Ctrl-C is the second one
+        signal.signal(signal.SIGINT, signal.default_int_handler if interrupted.is_set() else handle)
+        try:
+            yield interrupted
+        finally:
+            signal.signal(signal.SIGINT, previous)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _RUNNING.remove(interrupted)
 
 
 def _bookkeeping_step(run: RunProgress) -> bool:
@@ -335,4 +364,5 @@ def _log(logging: list[RunProgress], clock: _Throughput, printer: Printer, n_act
                 f"{n_active * steps / seconds:.1f} member-steps/s | ETA {eta}")
 
 
-__all__ = ["RunProgress", "Stepper", "format_seconds", "learning_rate", "run_schedule"]
+__all__ = ["RunProgress", "Stepper", "format_seconds", "learning_rate", "request_stop",
+           "run_schedule", "stop_requested"]

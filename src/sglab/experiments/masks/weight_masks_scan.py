@@ -60,6 +60,7 @@ from sglab.registry import register_experiment
 from sglab.report.plots import grouped_bars
 from sglab.tasks.scan import ACTIONS, FIXED_SPLITS
 from sglab.tasks.seq2seq import EOS
+from sglab.train.evaluate import evaluate
 
 FULL = "simple"  # the IID split: its mask is the full-data mask
 JUMP = "addprim_jump"
@@ -204,7 +205,8 @@ class ScanMasks(Experiment):
             scores[split] = {name: r[f"{test}/exact_match"] for name, r in records.items()}
             if split in direct:  # the same examples, the net trained on the split (Fig. B.8)
                 net = direct[split]
-                record = net.task.evaluate(net.model().eval(), test, 512, params["eval_examples"])
+                record = evaluate(net.model().eval(), net.task, test, 512,
+                                  params["eval_examples"])
                 scores[split]["direct"] = record[f"{test}/exact_match"]
         index = masks[FULL].task.vocab.index
         rows = mm.output_rows(final[FULL][OUTPUT], {s: m[OUTPUT] for s, m in final.items()},
