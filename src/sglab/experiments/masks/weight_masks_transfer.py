@@ -11,9 +11,10 @@ trains a mask *and* the weights on permutation t. Its base run is the run of tas
 start from a fresh initialization (the authors' partly frozen layers). As the thesis text
 says, the first layer is reset for every task and never frozen (``unfrozen``): it can learn
 to undo each permutation, so the later layers could be reused entirely (an upper bound on
-transfer). ``first_layer: frozen`` treats it like the other layers instead, as the authors'
-published code does (``tasks/permuted_mnist.py`` freezes every used weight; its
-``transfer.reset_first_layer`` flag is never read).
+transfer). The authors' current code does the same (its ``transfer.reset_first_layer``
+flag, on by default, re-initializes the first layer and keeps it out of the frozen set);
+only its two earliest versions froze every used weight, which ``first_layer: frozen``
+reproduces.
 
 Measured per task and layer: the share of the new mask's weights that earlier tasks' masks
 use (transfer sharing), the share of the layer that the masks so far occupy (capacity
