@@ -271,6 +271,10 @@ def test_renamed_parameter_in_a_checkpoint_names_the_file(tmp_path, capsys):
     assert "last.pt" in error and "does not fit the model" in error and "Traceback" not in error
     with pytest.raises(SglabError, match="best.pt"):
         sglab.load_run(run_dir).model("best")
+    from sglab.train.loop import load_model  # the library call, not only the CLI
+
+    with pytest.raises(SglabError, match="last.pt.*does not fit the model"):
+        load_model(run_dir, "last")
 
 
 # ----------------------------------------------------------------- the machine

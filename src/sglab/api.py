@@ -60,15 +60,7 @@ class Run:
         ``best`` or ``step_<N>``), built without generating the task's data."""
         from sglab.train.loop import load_model
 
-        try:
-            return load_model(self.path, which)[1]
-        except RuntimeError as exc:
-            if "state_dict" not in str(exc):
-                raise
-            raise SglabError(
-                f"checkpoint {str(self.path / 'checkpoints' / f'{which}.pt')!r} does not fit the "
-                f"model of the run's config ({' '.join(str(exc).split())[:300]}): it was "
-                "written by other code (a parameter renamed or reshaped since)") from None
+        return load_model(self.path, which)[1]
 
 
 def load_run(path: str | Path) -> Run:

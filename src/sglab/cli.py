@@ -142,13 +142,7 @@ def train(
                              "train.steps; drop the other options")
         from sglab.train.extend import extend_run
 
-        source = run_dir_of(root, extend, "--extend")
-        try:
-            cfg = extend_run(root, extend, steps)
-        except (RuntimeError, ValueError) as exc:
-            if not _is_state_mismatch(exc):
-                raise
-            raise _checkpoint_mismatch(exc, source / "checkpoints" / "last.pt", source) from None
+        cfg = extend_run(root, extend, steps)
         _out(f"extending {extend} to {steps} steps as run {cfg.run_id()}")
         resume = cfg.run_id()
     elif resume is not None:
@@ -174,19 +168,14 @@ def train(
         if model:
             extra.insert(0, f"model.name={model}")
         cfg = build_run_config(base, extra)
-    try:
-        if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
-            from sglab.train.ensemble import EnsembleTrainer
+    if resume and resume.endswith(ENSEMBLE_SUFFIX):  # an ensemble member goes on as one
+        from sglab.train.ensemble import EnsembleTrainer
 
-            trainer = Trainer(cfg, root, execution="ensemble")
-            summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
-        else:
-            trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
-            summary = trainer.run(resume=bool(resume))
-    except (RuntimeError, ValueError) as exc:
-        if not _is_state_mismatch(exc):
-            raise
-        raise _checkpoint_mismatch(exc, trainer.checkpoint_path, trainer.run_dir) from None
+        trainer = Trainer(cfg, root, execution="ensemble")
+        summary = EnsembleTrainer([cfg], root, store=RunStore(root), printer=_out).run()[0]
+    else:
+        trainer = Trainer(cfg, root, store=RunStore(root), printer=_out)
+        summary = trainer.run(resume=bool(resume))
     if summary["status"] == "failed":
         raise SglabError(f"run {summary['run_id']} failed at step {summary['step']}: "
                          f"{summary.get('error')}")
@@ -195,21 +184,6 @@ def train(
         from sglab.report.run import run_report
 
         _out(f"report: {_write_report(out, lambda: run_report(trainer.run_dir, out))}")
-
-
-def _is_state_mismatch(exc: BaseException) -> bool:
-    """torch's error for a state dict (model or optimizer) that does not fit its module."""
-    text = str(exc)
-    return "Error(s) in loading state_dict" in text or "loaded state dict" in text
-
-
-def _checkpoint_mismatch(exc: BaseException, path: Path, run_dir: Path) -> SglabError:
-    """torch's state_dict key or shape mismatch, as one message naming the checkpoint."""
-    return SglabError(
-        f"checkpoint {str(path)!r} does not fit the model of the run's config "
-        f"({_first_lines(exc)}): it was written by other code (a parameter renamed or reshaped "
-        f"since). Train it with the sglab that wrote it, or delete {str(run_dir)!r} to train "
-        "the run again")
 
 
 def _first_lines(exc: BaseException, limit: int = 300) -> str:

@@ -105,3 +105,26 @@ def load_checkpoint(path: Path, expected_hash: str | None = None,
 
 __all__ = ["FORMAT_VERSION", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
            "load_checkpoint", "save_checkpoint"]
+
+
+def _is_state_mismatch(exc: BaseException) -> bool:
+    """torch's error for a state dict (model or optimizer) that does not fit its module."""
+    text = str(exc)
+    return "Error(s) in loading state_dict" in text or "loaded state dict" in text
+
+
+def load_state(target: Any, state: dict[str, Any], path: Path) -> None:
+    """``target.load_state_dict(state)`` for a model or optimizer; a state that does not fit
+    it (a parameter renamed or reshaped since ``path`` was written) is one SglabError naming
+    the checkpoint, not torch's traceback."""
+    try:
+        target.load_state_dict(state)
+    except (RuntimeError, ValueError) as exc:
+        if not _is_state_mismatch(exc):
+            raise
+        text = " ".join(str(exc).split())
+        raise SglabError(
+            f"checkpoint {str(path)!r} does not fit the model of the run's config "
+            f"({text[:297] + '...' if len(text) > 300 else text}): it was written by other "
+            "code (a parameter renamed or reshaped since). Train it with the sglab that wrote "
+            f"it, or delete {str(path.parent.parent)!r} to train the run again") from None

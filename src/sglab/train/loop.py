@@ -28,7 +28,7 @@ from sglab.provenance import provenance
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import training_loss
-from sglab.train.checkpoints import load_checkpoint, save_checkpoint
+from sglab.train.checkpoints import load_checkpoint, load_state, save_checkpoint
 from sglab.train.evaluate import evaluate, forward_batch, model_batch
 from sglab.train.lock import RunLock
 from sglab.train.schedule import (
@@ -376,8 +376,8 @@ class Trainer:
         state = load_checkpoint(self.checkpoint_path, self.config.config_hash(),
                                 required=("step", "model", "optimizer", "torch_rng",
                                           "data_rng", "elapsed"))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_state(model, state["model"], self.checkpoint_path)
+        load_state(optimizer, state["optimizer"], self.checkpoint_path)
         torch.set_rng_state(state["torch_rng"])
         generator.set_state(state["data_rng"])
         if device.type == "cuda" and state.get("cuda_rng") is not None:
@@ -584,6 +584,6 @@ def load_model(run_dir: str | Path, which: str = "last") -> tuple[RunConfig, tor
 
 
 def _load_weights(model: torch.nn.Module, run_dir: Path, which: str, config: RunConfig) -> None:
-    state = load_checkpoint(run_dir / "checkpoints" / f"{which}.pt", config.config_hash())
-    model.load_state_dict(state["model"])
+    path = run_dir / "checkpoints" / f"{which}.pt"
+    load_state(model, load_checkpoint(path, config.config_hash())["model"], path)
     model.eval()
