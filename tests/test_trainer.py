@@ -217,3 +217,59 @@ def test_bit_flipped_checkpoint_is_refused_by_the_cli(tmp_path, capsys):
     error = capsys.readouterr().err
     assert str(checkpoint) in error and ("damaged" in error or "corrupt" in error)
     assert checkpoint.read_bytes() == bytes(data)  # nothing was rewritten
+
+
+def test_a_run_trained_under_other_code_is_reused_with_a_warning_naming_both(tmp_path):
+    from sglab.provenance import provenance
+
+    config = tiny_config("train.steps=10")
+    lines: list[str] = []
+    summary = Trainer(config, tmp_path, printer=lines.append).run()
+    assert summary["sglab"] == provenance()  # the summary records the code that trained it
+    run_dir = tmp_path / summary["run_id"]
+    stamp = (run_dir / "checkpoints" / "last.pt").stat().st_mtime_ns
+    lines.clear()
+    Trainer(config, tmp_path, printer=lines.append).run()
+    assert not any("warning" in line for line in lines)  # same code: plain reuse
+    older = {**summary, "sglab": {**summary["sglab"], "source_hash": "0123456789abcdef",
+                                  "commit": "f" * 40}}
+    (run_dir / "summary.json").write_text(json.dumps(older))
+    lines.clear()
+    again = Trainer(config, tmp_path, printer=lines.append).run()
+    warning = next(line for line in lines if "warning: reusing" in line)
+    assert "source 0123456789abcdef, commit fffffff" in warning
+    assert f"source {provenance()['source_hash']}" in warning
+    assert again["step"] == summary["step"]
+    assert (run_dir / "checkpoints" / "last.pt").stat().st_mtime_ns == stamp  # not retrained
+
+
+def test_a_metrics_file_that_lost_records_is_an_error_never_a_silent_gap(tmp_path):
+    config = tiny_config("train.checkpoint_interval=20", "train.steps=40")
+
+    def crash_after_step_30_eval(line):
+        if "eval @ 30" in line:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        Trainer(config, tmp_path, printer=crash_after_step_30_eval).run()
+    path = tmp_path / config.run_id() / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:2]))  # the records up to step 20 lost two of their lines
+    with pytest.raises(SglabError, match="records were lost"):
+        Trainer(config, tmp_path, printer=None).run(resume=True)
+
+
+def test_a_truncated_final_record_is_an_error_not_a_dropped_evaluation(tmp_path):
+    config = tiny_config()
+    summary = Trainer(config, tmp_path, printer=None).run()
+    run_dir = tmp_path / summary["run_id"]
+    path = run_dir / "metrics.jsonl"
+    text = path.read_text()
+    assert read_metrics(run_dir)[-1]["step"] == summary["step"]
+    path.write_text(text[:-20])  # the last evaluation cut short
+    with pytest.raises(SglabError, match="cut short"):
+        read_metrics(run_dir)
+    assert read_metrics(run_dir, while_training=True)[-1]["step"] < summary["step"]
+    path.write_text(text.replace("{", "{{", 1))
+    with pytest.raises(SglabError, match="line 1 is not a JSON record"):
+        read_metrics(run_dir)

@@ -38,19 +38,40 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
-def read_metrics(run_dir: str | Path, kind: str = "eval") -> list[dict[str, Any]]:
+def read_metrics(run_dir: str | Path, kind: str = "eval",
+                 while_training: bool = False) -> list[dict[str, Any]]:
     """Records of a run's ``metrics.jsonl``, oldest first.
 
     ``kind="eval"``: the evaluations (records without a ``kind`` field); ``"train"``: the
     training-loss records (``{"kind": "train", "step", "train/loss", "lr", "seconds"}``,
     one per ``train.log_interval`` steps); ``"all"``: both, in the order written.
+
+    A record cut short (the file does not end with a whole line) or a line that is not JSON
+    is a SglabError naming the file: the run's history lost a record. ``while_training``:
+    the reader watches a run being written, whose last line may be half written; it is left
+    out.
     """
     if kind not in ("eval", "train", "all"):
         raise ValueError(f"kind must be eval, train or all, not {kind!r}")
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    text = path.read_text()
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        if not while_training:
+            raise SglabError(
+                f"{str(path)!r} ends in a record cut short (the file was truncated): the run's "
+                "last evaluation is lost. An unfinished run rewrites it when it resumes (sglab "
+                "train --resume RUN_ID); retrain a finished one (delete its directory)")
+        lines = lines[:-1]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise SglabError(f"{str(path)!r} line {number} is not a JSON record (the file is "
+                             "damaged); retrain the run (delete its directory)") from None
     if kind == "all":
         return records
     return [r for r in records if r.get("kind", "eval") == kind]

@@ -27,7 +27,7 @@ def run_progress(run_dir: Path) -> str:
     """``step S/N`` and the target metric at the run's last evaluation, for one run (the
     steps and the metric's name from its ``summary.json``)."""
     try:
-        evaluations = read_metrics(run_dir)
+        evaluations = read_metrics(run_dir, while_training=True)
     except ValueError:  # a line caught half-written: no record this time
         evaluations = []
     try:

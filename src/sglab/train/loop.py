@@ -24,7 +24,7 @@ from sglab.io import atomic_write_json, atomic_write_text
 from sglab.models import build_model
 from sglab.models.dropout import dropout_fields_on
 from sglab.names import match_names
-from sglab.provenance import provenance
+from sglab.provenance import describe, provenance, source_hash
 from sglab.store import RunStore, read_metrics
 from sglab.tasks import build_task
 from sglab.tasks.base import training_loss
@@ -329,6 +329,12 @@ class Trainer:
 
     def _already_finished(self, summary: dict) -> dict:
         self.print(f"[{self.run_id}] already finished; skipping (delete the run dir to retrain)")
+        trained_by = summary.get("sglab") or {}
+        if trained_by.get("source_hash") != source_hash():  # reused, never silently
+            self.print(f"[{self.run_id}] warning: reusing a run trained by sglab "
+                       f"{describe(trained_by or None)}; this is sglab {describe(provenance())} "
+                       "(the same config id: the change did not touch its config; delete the "
+                       "run dir to retrain it under this code)")
         if self.store is not None:
             self.store.record(self.run_dir, self.config, summary, tag=self.tag)
         return summary
@@ -524,11 +530,19 @@ class Trainer:
 
     @staticmethod
     def _truncate_metrics(path: Path, keep_lines: int) -> None:
-        """Drop evaluation records written after the checkpoint we resume from."""
+        """Drop evaluation records written after the checkpoint we resume from; a file that
+        lost records the checkpoint counts is an error (resuming would leave a silent gap)."""
         if not path.exists():
-            return
-        lines = path.read_text().splitlines(keepends=True)
+            lines: list[str] = []
+        else:
+            lines = path.read_text().splitlines(keepends=True)
         complete = [line for line in lines if line.endswith("\n")]
+        if len(complete) < keep_lines:
+            raise SglabError(
+                f"{str(path)!r} holds {len(complete)} whole records, but the checkpoint it "
+                f"resumes from was written after {keep_lines}: records were lost (the file was "
+                "cut or edited), and resuming would leave a gap in the run's history. Restore "
+                "the file, or delete the run directory to train the run again")
         if len(complete) != keep_lines or len(lines) != len(complete):
             atomic_write_text(path, "".join(complete[:keep_lines]))
 
