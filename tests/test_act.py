@@ -211,7 +211,9 @@ def test_act_ensemble_members_match_alone(tmp_path):
 
 
 def test_act_needs_shared_layers():
-    with pytest.raises(SglabError, match="shared_layers=true"):
+    with pytest.raises(SglabError, match="set block.shared=true"):
         build_run_config({}, ["model.act=graves"])
+    with pytest.raises(SglabError, match="set block.shared=true"):
+        build_run_config({}, ["model.halting.kind=graves"])
     with pytest.raises(SglabError, match="act_threshold"):
         build_run_config({}, ["model.shared_layers=true", "model.act=ut", "model.act_threshold=1.5"])

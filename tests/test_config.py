@@ -38,7 +38,7 @@ def test_overrides_are_read_as_yaml():
     with pytest.raises(SglabError, match="no '='"):
         parse_override("train.lr")
     config = build_run_config({}, ["model.residual_ablation=[0,1]", "seed=3"])
-    assert config.model.residual_ablation == [0, 1] and config.seed == 3
+    assert config.model.block.residual_ablation == [0, 1] and config.seed == 3
 
 
 def test_run_id_is_deterministic_and_seed_sensitive():

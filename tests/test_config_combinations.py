@@ -1,7 +1,9 @@
 """A field set where it has no effect, or a metric name the task never logs, is a config error.
 
 Fields left at their default are never errors, so configs that do not set them (and their
-run ids) are unchanged; every config of every experiment preset still validates.
+run ids) are unchanged; every config of every experiment preset still validates. A
+transformer's settings live in families whose kinds have only the fields they use, so there
+such a setting is an unknown key; written the old flat way it is the error it always was.
 """
 
 import shutil
@@ -11,10 +13,9 @@ import pytest
 import torch
 import yaml
 
-from sglab import config as config_module
 from sglab import registry
 from sglab.cli import main
-from sglab.config import PRESET_NO_OPS, RunConfig, build_run_config, parse_override, validate
+from sglab.config import RunConfig, build_run_config, parse_override, validate
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.tasks import build_task
@@ -30,7 +31,8 @@ ABS_REL = ["model.attention=abs_rel_gated", "model.attention_mask=bidirectional"
 COPY_GATE = ["model.copy_gate=true", "model.norm=post"]
 ACT = ["model.shared_layers=true", "model.act=graves"]
 
-# (overrides, the field as the message shows it, the switch the message asks for)
+# (overrides, the field as the message shows it, the switch the message asks for); the
+# transformer's settings here are written the old flat way, which the migration checks
 NO_EFFECT = [
     (["model.init_gamma=0.3"], "init_gamma=0.3", "init=gamma"),
     (["model.pos_encoding=none", "model.max_len=64"], "max_len=64",
@@ -95,22 +97,85 @@ def test_a_field_without_effect_is_one_error_naming_the_switch_it_needs(override
     assert f"{field} has no effect without {switch}: set {switch}, or leave" in message
 
 
+# the same settings written in the families: a field its kind does not have is an unknown
+# key, named with the keys that kind has (overrides, the key, a valid key listed)
+UNKNOWN_IN_FAMILY = [
+    (["model.init.gamma=0.3"], "model.init.gamma", "kind"),
+    (["model.positions.kind=none", "model.positions.max_len=64"], "model.positions.max_len",
+     "kind"),
+    (["model.ffn.kind=none", "model.ffn.activation=relu"], "model.ffn.activation", "kind"),
+    ([*GEOMETRIC, "model.attention.out_projection=false"], "model.attention.out_projection",
+     "normalize"),
+    (["model.attention.dropout=0.1"], "model.attention.dropout", "out_projection"),
+    ([*ABS_REL, "model.attention.normalize=true"], "model.attention.normalize", "dropout"),
+    (["model.block.bias_init=-1"], "model.block.bias_init", "residual_ablation"),
+    (["model.block.gate_dropout=0.1"], "model.block.gate_dropout", "residual_ablation"),
+    (["model.block.kind=copy_gate", "model.block.residual_ablation=[0]"],
+     "model.block.residual_ablation", "gate_dropout"),
+    (["model.block.shared=true", "model.halting.threshold=0.9"], "model.halting.threshold",
+     "kind"),
+    (["model.ffn.kind=sigma_moe", "model.ffn.experts=4", "model.ffn.expert_size=8",
+      "model.ffn.top_k=2", "model.ffn.loss_scale=code"], "model.ffn.loss_scale", "selection"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, listed", UNKNOWN_IN_FAMILY)
+def test_a_family_field_its_kind_does_not_use_is_an_unknown_key(overrides, key, listed):
+    message = _error(overrides)
+    assert message.count("\n") == 1
+    assert f"unknown key {key!r}." in message and listed in message.split("Valid keys here:")[1]
+
+
+def test_an_unknown_family_key_names_the_nearest_one():
+    message = _error(["model.ffn.d_fff=64"])
+    assert "unknown key 'model.ffn.d_fff'. Did you mean 'model.ffn.d_ff'?" in message
+    assert "Valid keys here: kind, d_ff, activation" in message
+    assert "unknown ffn kind 'topkk'. Did you mean 'topk'?" in _error(["model.ffn.kind=topkk"])
+
+
 @pytest.mark.parametrize("overrides", WITH_SWITCH)
 def test_the_same_fields_are_accepted_with_their_switch(overrides):
     config = build_run_config({}, overrides)
-    data = config.to_dict()
     for text in overrides:  # every value set is kept as given, none dropped or reset
         path, value = parse_override(text)
-        section = data
-        for part in path:
-            section = section[part]
-        assert section == value, text
+        assert config.value_at(".".join(path)) == value, text
     # the field that needs the switch is set to something other than its default
     *sections, field = parse_override(overrides[-1])[0]
     node = config
     for part in sections:
         node = getattr(node, part)
-    assert getattr(node, field) != type(node).model_fields[field].default, overrides[-1]
+    default = (type(node)().legacy_fields()[field] if field not in type(node).model_fields
+               else type(node).model_fields[field].default)  # an old flat name: its old default
+    assert config.value_at(".".join([*sections, field])) != default, overrides[-1]
+
+
+# WITH_SWITCH's transformer settings in the families
+BIDIRECTIONAL = ["model.attention_mask=bidirectional", "model.positions.kind=none"]
+NEW_FORM_WITH_SWITCH = [
+    ["model.init.kind=gamma", "model.init.gamma=0.3"],
+    ["model.positions.kind=rotary", "model.positions.max_len=64"],
+    [*BIDIRECTIONAL, "model.attention.kind=geometric", "model.attention.dropout=0.1",
+     "model.attention.normalize=true"],
+    [*BIDIRECTIONAL, "model.attention.kind=abs_rel_gated", "model.attention.dropout=0.1"],
+    ["model.block.kind=copy_gate", "model.block.bias_init=-1", "model.block.gate_dropout=0.1",
+     "model.block.update_norm=tanh"],
+    ["model.block.shared=true", "model.halting.kind=graves", "model.halting.threshold=0.9",
+     "model.halting.loss_weight=0.1", "model.halting.bias_init=2"],
+]
+
+
+@pytest.mark.parametrize("new, old", zip(NEW_FORM_WITH_SWITCH, WITH_SWITCH[2:8]))
+def test_the_families_hold_the_same_settings_with_the_same_run_id(new, old):
+    config = build_run_config({}, new)
+    data = config.to_dict()
+    for text in new:
+        path, value = parse_override(text)
+        section = data
+        for part in path:
+            section = section[part]
+        assert section == value, text
+    assert config.run_id() == build_run_config({}, old).run_id()
+    assert config == build_run_config({}, old)
 
 
 def test_several_fields_without_effect_are_named_in_one_message():
@@ -131,11 +196,38 @@ def test_fields_spelled_out_at_their_default_are_accepted_and_keep_the_run_id():
 
 @pytest.mark.parametrize("overrides", [
     ["model.uniform_attention=true", "model.shared_layers=true"],
-    [*GEOMETRIC, "model.identity_value=true"],
     ["model.pos_encoding=relative", "model.uniform_attention=true"],
+    ["model.attention.identity_value=true", "model.block.shared=true"],
 ])
 def test_frozen_attention_weights_need_softmax_attention_in_separate_layers(overrides):
-    assert "uniform_attention / identity_value fix the weights of softmax attention" in _error(overrides)
+    assert ("attention.uniform / attention.identity_value fix the weights of softmax attention "
+            "in separate layers") in _error(overrides)
+    # other attention kinds have no such field
+    assert "identity_value=true has no effect without attention=softmax" in _error(
+        [*GEOMETRIC, "model.identity_value=true"])
+    assert "unknown key 'model.attention.identity_value'" in _error(
+        [*GEOMETRIC, "model.attention.identity_value=true"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.attention=geometric"], "attention.kind=geometric is bidirectional only; set "
+                                    "attention_mask=bidirectional"),
+    (["model.attention.kind=abs_rel_gated", "model.attention_mask=bidirectional",
+      "model.positions.kind=relative"], "positions.kind=relative cannot be combined with it"),
+    (["model.block.kind=copy_gate", "model.ffn.kind=topk", "model.ffn.top_k=4"],
+     "set ffn.kind=dense (got ffn.kind=topk)"),
+    (["model.block.kind=copy_gate", "model.block.norm=pre"], "set norm=post (got norm=pre)"),
+    (["model.copy_gate=true"], "set norm=post (got norm=pre)"),  # the flat default was pre
+    (["model.halting.kind=ut"], "set block.shared=true"),
+    (["model.block.eval_steps=4"], "eval_steps needs shared=true"),
+    (["model.block.kind=copy_gate", "model.block.data_gain=1.0"], "set init.kind=torch"),
+    (["model.positions.kind=rotary", "model.d_model=12", "model.n_heads=4"],
+     "rotary positions need an even head dimension"),
+    (["model.n_layers=2", "model.block.residual_ablation=[2]"], "outside 0..1"),
+])
+def test_settings_that_cannot_go_together_are_one_clear_error(overrides, message):
+    text = _error(overrides)
+    assert message in text and text.count("\n") == 1
 
 
 def test_a_bidirectional_lstm_needs_an_even_width():
@@ -307,25 +399,65 @@ def test_every_config_of_every_experiment_preset_validates():
     assert count > 100
 
 
-@pytest.mark.parametrize("known", PRESET_NO_OPS, ids=lambda known: known.field)
-def test_each_accepted_preset_no_op_is_still_made_by_its_presets(known, monkeypatch):
-    """Remove an entry of PRESET_NO_OPS once its presets stop setting the field."""
-    monkeypatch.setattr(config_module, "PRESET_NO_OPS",
-                        tuple(k for k in PRESET_NO_OPS if k is not known))
-    for spec in known.presets:
-        with pytest.raises(SglabError, match=f"{known.field}=.* has no effect without"):
-            _preset_configs(*spec.split(":"))
+def test_settings_without_effect_kept_for_run_ids_are_the_ones_named():
+    """Settings without effect live only under a family's ``no_effect`` (the old flat field
+    and value), written out where a preset's run ids hash one: ndr-ctl's + rel + gate arms
+    (quick and paper) set the thesis's attention dropout on relative softmax attention,
+    whose weights drop out with ``dropout``. Drop such an entry with the runs that need it."""
+    carried = set()
+    for name, experiment in registry.experiments().items():
+        for preset in experiment.presets:
+            if not experiment.arms(experiment.preset(preset)):
+                continue
+            for config in _preset_configs(name, preset):
+                for family in ("embedding", "positions", "attention", "ffn", "block", "halting",
+                               "init"):
+                    section = getattr(config.model, family, None)
+                    for old, value in getattr(section, "no_effect", {}).items():
+                        carried.add((f"{name}:{preset}", family, old, value))
+                        # it is in the run id: without it the run would be another one
+                        data = config.to_dict()
+                        del data["model"][family]["no_effect"]
+                        assert validate(RunConfig, data).run_id() != config.run_id()
+    assert carried == {("ndr-ctl:quick", "attention", "attention_dropout", 0.1),
+                       ("ndr-ctl:paper", "attention", "attention_dropout", 0.1)}
+
+
+def test_a_no_effect_entry_must_be_a_flat_field_its_kind_does_not_use():
+    def model(attention):
+        return {"model": {"attention": attention}}
+
+    config = build_run_config(model({"kind": "softmax", "no_effect": {"attention_dropout": 0.1}}))
+    flat = build_run_config({}, ["model.attention_dropout=0.0"])
+    assert config.run_id() != flat.run_id()
+    assert config.model.hash_fields() == {"attention_dropout": 0.1}
+    for no_effect, message in [
+            ({"geometric_normalize": True}, None),
+            ({"attention_out_projection": False}, "has an effect with kind softmax"),
+            ({"attention_dropout": 0.0}, "at the old default changes nothing"),
+            ({"d_ff": 64}, "'d_ff' is not a flat field of the attention family"),
+            ({"attention_dropout": 2.0}, "less than 1")]:
+        data = model({"kind": "softmax", "no_effect": no_effect})
+        if message is None:
+            build_run_config(data)
+        else:
+            with pytest.raises(SglabError, match=message):
+                build_run_config(data)
 
 
 def test_the_config_of_an_existing_run_still_loads(tmp_path):
     data = build_run_config({}).to_dict()
-    data["model"]["attention_dropout"] = 0.1
+    data["model"]["attention_dropout"] = 0.1  # a flat setting without effect, as old runs had
     data["train"]["target_metric"] = "valid/exact_match"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(data))
     loaded = load_run_config(run_dir)
-    assert loaded.model.attention_dropout == 0.1 and loaded.train.target_metric == "valid/exact_match"
+    assert loaded.model.attention.no_effect == {"attention_dropout": 0.1}
+    assert loaded.train.target_metric == "valid/exact_match"
+    assert loaded.model.hash_fields() == {"attention_dropout": 0.1}  # in the run id, as before
+    again = validate(RunConfig, loaded.to_dict())  # written in the families, read back
+    assert again == loaded and again.run_id() == loaded.run_id()
     with pytest.raises(SglabError, match="attention_dropout=0.1 has no effect"):
         validate(RunConfig, data, check_effects=True)
 

@@ -94,9 +94,9 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
         assert len(configs) == len(params["splits"]) * len(params["models"]) * len(params["seeds"])
         assert ("transformer" in params["models"]) == (name == "paper")
         ndr = next(c for c in configs if c.model.name == "transformer")
-        assert ndr.model.copy_gate_ffn == "gelu_residual" and ndr.model.attention == "geometric"
-        assert (ndr.model.n_layers, ndr.model.eval_steps, ndr.model.readout) == (8, 10, "first")
-        assert ndr.model.gate_dropout == 0.1 and ndr.model.copy_gate_bias_init == -3
+        assert ndr.model.block.ffn == "gelu_residual" and ndr.model.attention.kind == "geometric"
+        assert (ndr.model.n_layers, ndr.model.block.eval_steps, ndr.model.readout) == (8, 10, "first")
+        assert ndr.model.block.gate_dropout == 0.1 and ndr.model.block.bias_init == -3
         lstm = next(c for c in configs if c.model.name == "lstm")
         assert lstm.model.bidirectional and not lstm.task.boundary_tokens
         assert ensemble_key(lstm) is None
@@ -104,20 +104,22 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
         assert lstm.model.end_token and lstm.model.embedding_width == lstm.model.d_model
     paper = experiment.configs(experiment.preset("paper"), [])
     assert {c.task.lengths for c in paper} == {"thesis"} and paper[0].train.steps == 80_000
-    assert paper[0].model.d_model == 256 and paper[0].model.d_ff == 512
+    assert paper[0].model.d_model == 256 and paper[0].model.ffn.d_ff == 512
     # the thesis code's sweeps: dropout 0.5 on the NDR's attention output only, attention
     # dropout 0.1, no weight decay; the Bi-LSTM 128 units per direction
-    ndr = next(c for c in paper if c.model.name == "transformer" and c.model.copy_gate)
-    assert (ndr.model.dropout, ndr.model.copy_gate_ffn_dropout,
-            ndr.model.attention_dropout, ndr.train.weight_decay) == (0.5, 0.0, 0.1, 0.0)
+    ndr = next(c for c in paper if c.model.name == "transformer"
+               and c.model.block.kind == "copy_gate")
+    assert (ndr.model.dropout, ndr.model.block.ffn_dropout,
+            ndr.model.attention.dropout, ndr.train.weight_decay) == (0.5, 0.0, 0.1, 0.0)
     lstm = next(c for c in paper if c.model.name == "lstm")
     assert lstm.model.d_model == 256 and lstm.train.weight_decay == 0.0
     assert {c.task.singles for c in paper} == {False}  # the code trains on 2-6 functions
     assert all(c.task.singles for c in experiment.configs(experiment.preset("default"), []))
-    transformer = next(c for c in paper if getattr(c.model, "pos_encoding", "") == "relative")
+    transformer = next(c for c in paper if c.model.name == "transformer"
+                       and c.model.positions.kind == "relative")
     assert transformer.train.steps == 300_000 and transformer.train.weight_decay == 0.0025
-    assert (transformer.model.d_model, transformer.model.d_ff, transformer.model.n_heads,
-            transformer.model.n_layers) == (128, 512, 4, 8) and transformer.model.shared_layers
+    assert (transformer.model.d_model, transformer.model.ffn.d_ff, transformer.model.n_heads,
+            transformer.model.n_layers) == (128, 512, 4, 8) and transformer.model.block.shared
 
 
 def test_gelu_residual_block_is_layernorm_of_ffn_plus_input():
@@ -147,8 +149,9 @@ def test_copy_gate_ffn_dropout_leaves_the_ffns_of_the_appendix_e_layer_dropout_f
     x = torch.randn(3, 6, base["d_model"])
     outputs = {}
     for ffn_dropout in (None, 0.0):
-        config = build_run_config({"model": {**base, "dropout": 0.5, "gate_dropout": 0.0,
-                                             "copy_gate_ffn_dropout": ffn_dropout}}, []).model
+        block_section = {**base["block"], "gate_dropout": 0.0, "ffn_dropout": ffn_dropout}
+        config = build_run_config({"model": {**base, "dropout": 0.5, "block": block_section}},
+                                  []).model
         block = CopyGateBlock(config, None).train()
         block.attn.forward = lambda h, mask: torch.zeros_like(h)
         torch.manual_seed(0)
@@ -167,18 +170,19 @@ def test_ndr_data_ffn_output_starts_at_the_gain_of_the_appendix_e_code():
     from sglab.models import build_model
 
     model_section = registry.experiment("ctlpp").preset("default")["models"]["ndr"]["model"]
-    assert model_section["copy_gate_data_gain"] == 1.0
+    assert model_section["block"]["data_gain"] == 1.0
     for preset in ("quick", "paper"):
         assert registry.experiment("ctlpp").preset(preset)["models"]["ndr"]["model"][
-            "copy_gate_data_gain"] == 1.0
+            "block"]["data_gain"] == 1.0
     weights = {}
     for gain in (1.0, None):
-        config = build_run_config({"model": {**model_section, "copy_gate_data_gain": gain}},
+        block_section = {**model_section["block"], "data_gain": gain}
+        config = build_run_config({"model": {**model_section, "block": block_section}},
                                   []).model
         torch.manual_seed(0)
         block = build_model(config, 20, 10).blocks[0]
         weights[gain] = block.mlp.out.weight.detach(), block.gate_ffn.out.weight.detach()
-    d_ff, d = model_section["d_ff"], model_section["d_model"]
+    d_ff, d = model_section["ffn"]["d_ff"], model_section["d_model"]
     bound = (6 / (d + d_ff)) ** 0.5  # Xavier-uniform, gain 1
     for gain, expected in ((1.0, bound), (None, 5 / 3 * bound)):
         data = weights[gain][0].abs().max().item()
@@ -186,6 +190,9 @@ def test_ndr_data_ffn_output_starts_at_the_gain_of_the_appendix_e_code():
     assert torch.equal(weights[1.0][1], weights[None][1])
     with pytest.raises(SglabError, match="copy_gate=true and init=torch"):
         build_run_config({"model": {"name": "transformer", "copy_gate_data_gain": 1.0}}, [])
+    with pytest.raises(SglabError, match="set init.kind=torch"):
+        build_run_config({"model": {"name": "transformer",
+                                    "block": {"kind": "copy_gate", "data_gain": 1.0}}}, [])
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ def test_presets_cover_the_thesis_grid_and_the_corners():
     assert {c.task.variant for c in paper} == {"S"} and {c.task.lengths for c in paper} == {
         "thesis"}
     transformer = [c for c in paper if c.model.name == "transformer"
-                   and c.model.pos_encoding == "relative"]
+                   and c.model.positions.kind == "relative"]
     assert len(transformer) == 100 and transformer[0].train.steps == 300_000
-    assert (transformer[0].model.d_model, transformer[0].model.d_ff) == (128, 512)
+    assert (transformer[0].model.d_model, transformer[0].model.ffn.d_ff) == (128, 512)
     default = experiment.configs(experiment.preset("default"), [])
     assert {(c.task.shared_functions, c.task.shared_symbols) for c in default} == {
         (4, 2), (4, 6), (16, 2), (16, 6)}

@@ -58,8 +58,8 @@ def test_presets_build_valid_configs():
         assert len(configs) == len(arms)
         for config, arm in zip(configs, arms):
             assert str(config.model.n_layers) == arm.labels["depth"]
-            assert f"{config.model.init_gamma:g}" == arm.labels["gamma"]
-            assert config.model.norm == "post" and config.model.n_heads == 1
+            assert f"{config.model.init.gamma:g}" == arm.labels["gamma"]
+            assert config.model.block.norm == "post" and config.model.n_heads == 1
             assert config.task.seen_non_inferential == (arm.labels["group"] == "phase")
     paper = experiment.preset("paper")
     assert len(paper["lrs"]) == 9 and min(paper["lrs"]) == 1e-4 and max(paper["lrs"]) == 3e-4

@@ -235,7 +235,8 @@ def test_parameter_counts_flops_and_aux_loss_of_every_ffn_in_the_stack(kind):
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(ffn="sigma_moe", moe_experts=4, moe_expert_size=8, moe_top_k=5), "moe_top_k=5"),
+    (dict(ffn="sigma_moe", moe_experts=4, moe_expert_size=8, moe_top_k=5),
+     "ffn.top_k=5 is larger than ffn.experts=4"),
     (dict(ffn="pkm", pkm_subkeys=4, d_model=15, n_heads=1), "must be even"),
     (dict(ffn="sigma_moe", moe_experts=4, moe_expert_size=8, moe_top_k=2, pkm_subkeys=3),
      "pkm_subkeys=3 has no effect without ffn=pkm"),
@@ -243,7 +244,9 @@ def test_parameter_counts_flops_and_aux_loss_of_every_ffn_in_the_stack(kind):
           moe_selection="softmax_after"), "ffn=sigma_moe"),
     (dict(ffn="dense", moe_top_k=2), "moe_top_k=2 has no effect"),
     (dict(ffn="sigma_moe", moe_experts=4, moe_expert_size=8, moe_top_k=2, d_ff=32), "d_ff=32"),
-    (dict(ffn="topk"), "ffn_top_k"),
+    (dict(ffn="topk"), "ffn.top_k"),  # required
+    (dict(ffn={"kind": "sigma_moe", "experts": 4, "expert_size": 8, "top_k": 2, "d_ff": 32}),
+     "d_ff"),  # the new form: a field the kind does not have is an unknown key
 ])
 def test_bad_ffn_configs_are_rejected_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):

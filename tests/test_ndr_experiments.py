@@ -139,8 +139,8 @@ def test_depth_experiments_build_valid_grids(name):
     experiment = registry.experiment(name)
     for preset in ("quick", "default", "paper"):
         configs = experiment.configs(experiment.preset(preset), [])
-        models = {(c.model.name, getattr(c.model, "attention", None),
-                   getattr(c.model, "pos_encoding", None)) for c in configs}
+        models = {(c.model.name, c.model.attention.kind, c.model.positions.kind)
+                  if c.model.name == "transformer" else (c.model.name,) for c in configs}
         assert len(configs) == 6 * len(experiment.preset(preset)["seeds"])
         assert ("transformer", "geometric", "none") in models
         assert all(c.train.target_metric == "ood_valid/exact_match" for c in configs)
@@ -167,7 +167,7 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
     params = listops.preset("paper")
     runs = {arm.labels["variant"]: config for arm, config
             in zip(listops.arms(params), listops.configs(params, []))}
-    assert runs["ndr"].model.d_ff == 2 * runs["ndr"].model.d_model
+    assert runs["ndr"].model.ffn.d_ff == 2 * runs["ndr"].model.d_model
     assert (runs["ndr"].train.weight_decay, runs["rel"].train.weight_decay) == (0.09, 0.05)
     assert {config.task.train_sampling for config in runs.values()} == {"bucketed"}
 
@@ -185,9 +185,9 @@ def test_listops_default_preset_is_the_measured_cpu_proxy():
             for c in runs.values()} == {("cosine", 1e-4, 0)}
     assert (runs["ndr"].train.steps, runs["ndr"].train.lr, runs["ndr"].train.batch_size) == (
         10_000, 2e-3, 64)
-    assert (runs["ndr"].model.copy_gate_ffn, runs["ndr"].model.attention_dropout) == (
+    assert (runs["ndr"].model.block.ffn, runs["ndr"].model.attention.dropout) == (
         "gelu_residual", 0.1)
-    assert (runs["ndr"].model.n_layers, runs["ndr"].model.eval_steps) == (10, 12)
+    assert (runs["ndr"].model.n_layers, runs["ndr"].model.block.eval_steps) == (10, 12)
     # variant_train sets one variant's fields: here the gated baseline's steps and the
     # LSTMs' batch (the other transformers keep the preset's 64)
     assert {k: c.train.steps for k, c in runs.items()} == {
@@ -207,8 +207,8 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     assert {config.task.train_sampling for config in configs} == {"uniform"}
     for condition in ("forward", "backward"):
         ndr = runs[("ndr", condition)]
-        assert ndr.model.n_layers == 14 and ndr.model.eval_steps == 20  # 14 in training
-        assert ndr.model.attention == "geometric" and ndr.model.copy_gate
+        assert ndr.model.n_layers == 14 and ndr.model.block.eval_steps == 20  # 14 in training
+        assert ndr.model.attention.kind == "geometric" and ndr.model.block.kind == "copy_gate"
         assert ndr.train.target_metric == "ood_valid/exact_match"
     assert runs[("ndr", "backward")].train.steps > 2 * runs[("ndr", "forward")].train.steps
     # the NDR and its depth ablation draw one length per batch (the thesis code's NDR
@@ -219,14 +219,14 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
     for key in ("rel_gate", "abs_rel_gate"):
         for condition in ("forward", "backward"):
             model = runs[(key, condition)].model
-            assert (model.n_heads, model.copy_gate_ffn, model.d_ff, model.update_norm,
-                    model.ndr_init) == (1, "relu", 4 * model.d_model, "tanh", "code")
+            assert (model.n_heads, model.block.ffn, model.ffn.d_ff, model.block.update_norm,
+                    model.init.ndr_init) == (1, "relu", 4 * model.d_model, "tanh", "code")
     assert runs[("abs_rel_gate", "forward")].train.steps == 24_000
     assert runs[("abs_rel_gate", "backward")].train.steps == 3000
-    assert runs[("ndr", "forward")].model.copy_gate_ffn == "gelu_residual"
+    assert runs[("ndr", "forward")].model.block.ffn == "gelu_residual"
     shallow = [key for key in runs if key[0] == "ndr@8"]
     assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
-    assert runs[("ndr@8", "forward")].model.eval_steps == 8
+    assert runs[("ndr@8", "forward")].model.block.eval_steps == 8
     assert [arm.labels["model"] for arm in arms[:2]] == ["NDR", "NDR"]  # slowest start first
     assert arms[-1].labels == {"variant": "ndr@8", "model": "NDR, 8 steps",
                                "direction": "forward"}
@@ -238,14 +238,14 @@ def test_ctl_paper_preset_carries_table_d3():
     runs = {(arm.labels["variant"], arm.labels["direction"]): config
             for arm, config in zip(experiment.arms(params), experiment.configs(params, []))}
     ndr = runs[("ndr", "backward")]
-    assert (ndr.model.d_model, ndr.model.n_heads, ndr.model.d_ff, ndr.model.n_layers) == \
+    assert (ndr.model.d_model, ndr.model.n_heads, ndr.model.ffn.d_ff, ndr.model.n_layers) == \
         (256, 1, 512, 14)
-    assert (ndr.model.dropout, ndr.model.attention_dropout, ndr.model.gate_dropout) == \
+    assert (ndr.model.dropout, ndr.model.attention.dropout, ndr.model.block.gate_dropout) == \
         (0.5, 0.1, 0.1)
     assert (ndr.train.batch_size, ndr.train.lr, ndr.train.steps, ndr.train.weight_decay,
             ndr.train.grad_clip, ndr.train.betas) == (512, 1.5e-4, 30_000, 0.01, 5.0,
                                                       (0.9, 0.999))
-    assert ndr.task.train_sampling == "bucketed" and ndr.model.copy_gate_ffn == "relu"
+    assert ndr.task.train_sampling == "bucketed" and ndr.model.block.ffn == "relu"
     # the thesis code buckets lengths only for the NDR and its depth ablation
     assert runs[("ndr@8", "forward")].task.train_sampling == "bucketed"
     for variant in ("transformer", "abs_rel_gate", "rel_gate", "lstm"):
@@ -254,7 +254,7 @@ def test_ctl_paper_preset_carries_table_d3():
     # the thesis code's classifier heads score the 8 symbols only
     assert {config.task.scored_classes for config in runs.values()} == {"labels"}
     assert runs[("abs_rel_gate", "forward")].train.lr == 2e-4
-    assert runs[("abs_rel_gate", "forward")].model.d_ff == 1024  # hard-coded 4 d in the code
+    assert runs[("abs_rel_gate", "forward")].model.ffn.d_ff == 1024  # hard-coded 4 d in the code
     assert runs[("transformer", "forward")].model.n_layers == 11
     assert runs[("lstm", "forward")].model.d_model == 200
     assert runs[("bilstm", "forward")].train.batch_size == 256
@@ -327,6 +327,6 @@ def test_arithmetic_default_budgets():
     examples = {k: c.train.steps * c.train.batch_size for k, c in runs.items()}
     assert examples == {"ndr": 512_000, "abs_rel_gate": 512_000, "transformer": 256_000,
                         "rel": 256_000, "lstm": 256_000, "bilstm": 256_000}
-    assert runs["ndr"].model.copy_gate_ffn == "gelu_residual"
-    assert runs["abs_rel_gate"].model.copy_gate_ffn == "relu"
+    assert runs["ndr"].model.block.ffn == "gelu_residual"
+    assert runs["abs_rel_gate"].model.block.ffn == "relu"
     assert runs["ndr"].train.batch_size == 64 and runs["rel"].train.batch_size == 128

@@ -224,7 +224,7 @@ def test_shared_layers_share_weights_and_run_extra_steps_at_test_time():
     # more steps change the prediction of the eval-mode model (the loop really runs longer)
     model.eval()
     five = model(x, key_padding_mask=mask)
-    model.config.eval_steps = None
+    model.config.block.eval_steps = None
     three = model(x, key_padding_mask=mask)
     assert five.shape == three.shape == (2, 1, 24) and not torch.allclose(five, three)
 
@@ -244,8 +244,15 @@ def test_bad_ndr_configs_are_clear_errors():
         build_run_config({}, ["model.attention=geometric"])
     with pytest.raises(SglabError, match="norm=post"):
         build_run_config({}, ["model.copy_gate=true", "model.attention_mask=bidirectional"])
-    with pytest.raises(SglabError, match="shared_layers"):
+    with pytest.raises(SglabError, match="eval_steps needs shared=true"):
         build_run_config({}, ["model.eval_steps=4"])
+    with pytest.raises(SglabError, match="eval_steps needs shared=true"):
+        build_run_config({}, ["model.block.eval_steps=4"])
+    with pytest.raises(SglabError, match="norm=post"):  # the new form: block.norm
+        build_run_config({}, ["model.block.kind=copy_gate", "model.block.norm=pre",
+                              "model.attention_mask=bidirectional"])
+    with pytest.raises(SglabError, match="set ffn.kind=dense"):
+        build_run_config({}, ["model.block.kind=copy_gate", "model.ffn.kind=none"])
     with pytest.raises(SglabError, match="readout"):
         from sglab.tasks import build_task
         build_task(build_run_config({"task": {"name": "ctl"}}, []).task).check_model(

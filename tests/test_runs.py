@@ -26,7 +26,7 @@ def _arms():
 
 def test_arms_build_configs_with_their_overrides_and_seed():
     configs = build_arm_configs("demo", _arms(), ["train.lr=0.01"])
-    assert [c.model.pos_encoding for c in configs] == ["learned", "learned", "none", "none"]
+    assert [c.model.positions.kind for c in configs] == ["learned", "learned", "none", "none"]
     assert [c.seed for c in configs] == [0, 1, 0, 1]
     assert {c.train.lr for c in configs} == {0.01}
     assert len({c.run_id() for c in configs}) == 4

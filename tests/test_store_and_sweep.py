@@ -21,7 +21,8 @@ def test_grid_expansion_is_the_product_times_seeds():
     configs = expand(spec)
     assert len(configs) == 12
     assert len({c.run_id() for c in configs}) == 12
-    assert {(c.model.pos_encoding, tuple(c.model.residual_ablation), c.seed) for c in configs} == {
+    assert {(c.model.positions.kind, tuple(c.model.block.residual_ablation), c.seed)
+            for c in configs} == {
         (p, a, s) for p in ("learned", "none") for a in ((), (0,)) for s in range(3)}
 
 
@@ -43,7 +44,9 @@ def test_pool_sweep_stores_runs_and_rerun_skips_them(tmp_path, capsys):
     store = RunStore(tmp_path)
     assert len(store.query(["tag=t"])) == 2
     nope = store.query(["model.pos_encoding=none"])
-    assert [r["config"]["model"]["pos_encoding"] for r in nope] == ["none"]
+    assert [r["config"]["model"]["positions"]["kind"] for r in nope] == ["none"]
+    # the old flat name and the families' path find the same runs
+    assert nope == store.query(["model.positions.kind=none"])
     assert len(store.query(["final.iid_test/exact_match>=0"])) == 2
     assert store.query(["step<5"]) == []
     with pytest.raises(SglabError, match="cannot read filter"):

@@ -17,7 +17,7 @@ def test_plan_groups_seeds_of_a_cell_and_splits_for_workers(tmp_path):
     jobs = plan_jobs(configs, tmp_path, min_jobs=2)
     assert sorted(len(j) for j in jobs) == [3, 3]
     for job in jobs:  # one cell per job
-        assert len({configs[i].model.pos_encoding for i in job}) == 1
+        assert len({configs[i].model.positions.kind for i in job}) == 1
     assert sorted(i for j in jobs for i in j) == list(range(6))
     assert sorted(len(j) for j in plan_jobs(configs, tmp_path, min_jobs=4)) == [1, 1, 2, 2]
     assert all(len(j) == 1 for j in plan_jobs(configs, tmp_path, ensemble=False))

@@ -77,7 +77,11 @@ def test_list_shows_the_registered_components(capsys):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("model.pos_encoding=rotary", "'model.pos_encoding' is a grid axis of experiment 'symmetry'"),
+    ("model.positions.kind=rotary",
+     "'model.positions.kind' is a grid axis of experiment 'symmetry'"),
+    # the old flat name of the same setting
+    ("model.pos_encoding=rotary", "'model.positions.kind' is a grid axis of experiment 'symmetry'"),
+    ("model.residual_ablation=[1]", "'model.block.residual_ablation' is a grid axis"),
     ("seed=7", "use --seeds N"),
 ])
 def test_set_on_a_grid_axis_is_one_clear_error_and_writes_nothing(tmp_path, capsys, override,

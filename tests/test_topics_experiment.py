@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from sglab import registry
 from sglab.cli import main
@@ -76,7 +77,8 @@ def test_train_accepts_a_preset_without_a_single_base_config(tmp_path):
                  "--runs-dir", str(runs)]) == 0
     (run_dir,) = list(runs.glob("topics-transformer-*"))
     config = (run_dir / "config.yaml").read_text()
-    assert "embedding: one_hot" in config and "optimizer: adamw" in config
+    assert yaml.safe_load(config)["model"]["embedding"]["kind"] == "one_hot"
+    assert "optimizer: adamw" in config
 
 
 def test_seeds_option_reaches_every_run_family():
@@ -91,6 +93,6 @@ def test_seeds_option_reaches_every_run_family():
 def test_attention_runs_keep_their_step_0_weights_for_the_norm_curves():
     experiment = registry.experiment("topics")
     configs = experiment.configs(experiment.preset("quick"), [])
-    attention = [c for c in configs if c.model.embedding == "one_hot"
-                 and not c.model.uniform_attention]
+    attention = [c for c in configs if c.model.embedding.kind == "one_hot"
+                 and not c.model.attention.uniform]
     assert attention and all(c.train.snapshot_steps == [0] for c in attention)

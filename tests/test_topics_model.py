@@ -11,10 +11,10 @@ from sglab.tasks.base import target_loss
 from sglab.train.loop import make_optimizer, named_weights
 from tests.conftest import tiny_model
 
-ONE_LAYER = ["model.n_layers=1", "model.n_heads=1", "model.ffn=none", "model.norm=none",
-             "model.residual_ablation=[0]", "model.pos_encoding=none",
-             "model.attention_mask=bidirectional", "model.attention_out_projection=false",
-             "model.output_bias=true", "task.n_topics=4", "task.words_per_topic=5",
+ONE_LAYER = ["model.n_layers=1", "model.n_heads=1", "model.ffn=none", "model.block.norm=none",
+             "model.block.residual_ablation=[0]", "model.positions=none",
+             "model.attention_mask=bidirectional", "model.attention.out_projection=false",
+             "model.embedding.output_bias=true", "task.n_topics=4", "task.words_per_topic=5",
              "task.min_length=12", "task.max_length=16", "task.eval_documents=8"]
 VOCAB = 4 * 5 + 2
 
@@ -137,8 +137,10 @@ def test_one_hot_embedding_needs_d_model_equal_to_vocabulary_size():
 def test_ffn_none_removes_the_mlp_and_defaults_are_unchanged():
     _, _, model = topic_model("model.d_model=8")
     assert not any(".mlp." in n or "ln_2" in n for n, _ in model.named_parameters())
-    with pytest.raises(SglabError, match="has no effect with ffn=none"):
-        build_run_config({}, ["model.ffn=none", "model.d_ff=64"])
+    with pytest.raises(SglabError, match="d_ff=64 has no effect without ffn=dense or ffn=topk"):
+        build_run_config({}, ["model.ffn=none", "model.d_ff=64"])  # the old flat names
+    with pytest.raises(SglabError, match="unknown key 'model.ffn.d_ff'"):
+        build_run_config({}, ["model.ffn.kind=none", "model.ffn.d_ff=64"])
     # post-norm and pre-norm blocks without MLP: x = ln_1(x + attn(x)), x = x + attn(ln_1(x))
     for norm in ("pre", "post"):
         task, model = tiny_model(f"model.norm={norm}", "model.ffn=none")

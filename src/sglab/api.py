@@ -82,7 +82,7 @@ def runs(runs_dir: str | Path = "runs", where: list[str] | None = None,
     run's last step; ``interrupted`` when its trainer is gone, as `sglab runs` shows them).
 
     ``as_frame=True``: a pandas DataFrame instead, one row per run, with the store's columns
-    and the config and summary flattened into dotted columns (``config.model.pos_encoding``,
+    and the config and summary flattened into dotted columns (``config.model.positions.kind``,
     ``summary.final.iid_test/exact_match``). Needs pandas (``pip install pandas``)."""
     store = RunStore(runs_dir)
     rows = store.current(store.query(list(where or [])))

@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 RunsDir = Annotated[Path | None, typer.Option(
     "--runs-dir", help="Run store directory (default: $SGLAB_RUNS_DIR or ./runs).")]
 Sets = Annotated[list[str] | None, typer.Option(
-    "--set", help="Dotted override KEY=VALUE, e.g. model.pos_encoding=none (repeatable).")]
+    "--set", help="Dotted override KEY=VALUE, e.g. model.positions=none (repeatable).")]
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Worker processes (default: one per core).")]
 Threads = Annotated[int | None, typer.Option(
@@ -329,6 +329,9 @@ def runs(
              "runs.db; runs whose directory is gone leave it).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the table's rows as CSV.")] = False,
+    migrate: Annotated[bool, typer.Option(
+        help="Rewrite stored run configs written in an older layout (flat transformer model "
+             "sections) in the current one, then reindex; run ids do not change.")] = False,
 ):
     """Query the run store. A running run shows the step of its last record; one whose
     trainer is gone (killed) shows as interrupted."""
@@ -338,13 +341,17 @@ def runs(
     if as_json and as_csv:
         raise SglabError("--json and --csv are two formats; choose one")
     store = RunStore(runs_dir_from(str(runs_dir) if runs_dir else None))
-    if reindex:
-        def skipped(line: str) -> None:
-            print(f"skipped {line}", file=sys.stderr, flush=True)
 
-        def note(line: str) -> None:
-            print(line, file=sys.stderr, flush=True)
+    def skipped(line: str) -> None:
+        print(f"skipped {line}", file=sys.stderr, flush=True)
 
+    def note(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if migrate:
+        migrated = store.migrate_configs(skipped=skipped)
+        _out(f"migrated the config of {len(migrated)} run(s) to the current layout")
+    if reindex or migrate:
         _out(f"indexed {store.reindex(skipped=skipped, note=note)} runs")
     rows = store.current(store.query(list(where or [])))
     if as_json:

@@ -16,9 +16,7 @@ import json
 import re
 import reprlib
 import warnings
-from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -110,6 +108,117 @@ class ModelConfig(StrictModel):
         against: itself, or for a model built on another run (``masked``) that run's."""
         return self
 
+    def hash_fields(self) -> dict[str, Any]:
+        """The values that identify this model in the run id (:meth:`RunConfig.config_hash`):
+        the fields that differ from their defaults, as JSON values. A model whose config
+        changed its layout maps itself back to the layout its run ids were made with."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def legacy_fields(self) -> dict[str, Any]:
+        """Every setting under the names of an older layout of this config that the input
+        still accepts (``{}``: none); read by :meth:`RunConfig.value_at` for those names."""
+        return {}
+
+    # How a section of this model is read from dicts and dotted keys. A model whose config
+    # changed its layout accepts the old names here (a flat transformer config, say).
+
+    @classmethod
+    def input_aliases(cls) -> list[str]:
+        """Keys the section accepts besides its fields (older names), for "did you mean"."""
+        return []
+
+    @classmethod
+    def input_path(cls, path: list[str], value: Any = None) -> tuple[list[str], Any]:
+        """The current path (inside the section) and value of a dotted key as written,
+        e.g. an older name's new place (``pos_encoding`` -> ``positions.kind``)."""
+        return path, value
+
+    @classmethod
+    def set_input(cls, section: dict[str, Any], path: list[str], value: Any) -> None:
+        """Apply the dotted override ``path = value`` (inside the section) to the raw
+        section dict, in place."""
+        set_path(section, path, value)
+
+
+class FamilyConfig(StrictModel):
+    """A sub-config dispatched on ``kind``, as task and model sections are on ``name``.
+
+    A family is a direct subclass that sets ``kinds = {}`` and ``default_kind``; each of
+    its kinds subclasses it with ``kind: Literal["<kind>"] = "<kind>"`` and registers itself.
+    A family's field takes a mapping (``{kind: topk, top_k: 64}``; without ``kind`` the
+    default kind), a bare kind (``none``) or an instance; its fields are those of its kind
+    only, so a field that a kind does not use is an unknown key there.
+    """
+
+    kind: str
+    kinds: ClassVar[dict[str, type[FamilyConfig]]] = {}
+    default_kind: ClassVar[str] = ""
+    family_name: ClassVar[str] = "family"  # how messages name the family (e.g. ffn)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        kind = cls.model_fields["kind"].default
+        if isinstance(kind, str) and kind:
+            cls.family().kinds[kind] = cls
+
+    @classmethod
+    def family(cls) -> type[FamilyConfig]:
+        """The family base class (the class that holds ``kinds``)."""
+        return next(c for c in cls.__mro__ if "kinds" in c.__dict__ and c is not FamilyConfig)
+
+    @classmethod
+    def kind_class(cls, value: Any) -> type[FamilyConfig] | None:
+        """The class of the kind that ``value`` (a mapping, a kind or None) names."""
+        family = cls.family()
+        if isinstance(value, str):
+            return family.kinds.get(value)
+        kind = value.get("kind", family.default_kind) if isinstance(value, dict) else \
+            family.default_kind
+        return family.kinds.get(kind) if isinstance(kind, str) else None
+
+    @classmethod
+    def dispatch(cls, value: Any) -> Any:
+        """Validate ``value`` into the class of its kind (a field validator's job)."""
+        family = cls.family()
+        if isinstance(value, family):
+            return value
+        if isinstance(value, str):
+            value = {"kind": value}
+        if not isinstance(value, dict):
+            raise ValueError(f"{family.family_name} must be a mapping with a 'kind' (one of: "
+                             f"{', '.join(family.kinds)}) or a kind name")
+        kind = value.get("kind", family.default_kind)
+        if not isinstance(kind, str) or kind not in family.kinds:
+            near = difflib.get_close_matches(str(kind), list(family.kinds), n=1, cutoff=0.4)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"unknown {family.family_name} kind {kind!r}.{hint} Known: "
+                             f"{', '.join(family.kinds)}")
+        fields = family.kinds[kind].model_fields
+        value = {key: item for key, item in value.items()
+                 if key in fields or not family._left_at_default(key, item)}
+        return family.kinds[kind].model_validate({**value, "kind": kind})
+
+    @classmethod
+    def _left_at_default(cls, key: str, value: Any) -> bool:
+        """Whether ``key: value`` is a field of another kind of the family at its default
+        there: what a written-out config still holds after an override changed its kind
+        (``{kind: none, max_len: null}``). Such a key is dropped, as a field left at its
+        default is no setting; set to anything else, it is an unknown key of this kind."""
+        for other in cls.kinds.values():
+            field = other.model_fields.get(key)
+            if field is not None and not field.is_required() and \
+                    field.get_default(call_default_factory=True) == value:
+                return True
+        return False
+
+    @classmethod
+    def visible_fields(cls) -> list[str]:
+        """The keys an error lists as valid here (fields marked ``hidden`` are left out)."""
+        return [name for name, field in cls.model_fields.items()
+                if not (isinstance(field.json_schema_extra, dict)
+                        and field.json_schema_extra.get("hidden"))]
+
 
 def _shown(value: Any) -> str:
     """A config value as a user writes it in YAML (true, null, tanh, 0.1)."""
@@ -119,28 +228,6 @@ def _shown(value: Any) -> str:
         return json.dumps(list(value) if isinstance(value, tuple) else value)
     return repr(value)
 
-
-@dataclass(frozen=True)
-class PresetNoOp:
-    """A setting without effect that shipped experiment presets make. It stays accepted so
-    that those presets keep their run ids; remove the entry once they stop making it."""
-
-    config_class: str
-    field: str
-    values: tuple[Any, ...]
-    presets: tuple[str, ...]
-    applies: Callable[[Any], bool] = lambda config: True
-
-    def accepts(self, config: BaseModel, field_name: str, value: Any) -> bool:
-        return (type(config).__name__ == self.config_class and field_name == self.field
-                and value in self.values and self.applies(config))
-
-
-PRESET_NO_OPS = (
-    # the rel_gate arm: relative softmax attention has no attention dropout
-    PresetNoOp("TransformerConfig", "attention_dropout", (0.1,), ("ndr-ctl:quick", "ndr-ctl:paper"),
-               lambda config: config.copy_gate and config.pos_encoding == "relative"),
-)
 
 # False while validating the config of an existing run (see validate)
 _CHECK_EFFECTS: ContextVar[bool] = ContextVar("check_effects", default=True)
@@ -162,8 +249,7 @@ def check_switches(config: BaseModel, effective: dict[str, tuple[bool, str]]) ->
         default = type(config).model_fields[field_name].get_default(call_default_factory=True)
         if has_effect or value == default:
             continue
-        if not any(known.accepts(config, field_name, value) for known in PRESET_NO_OPS):
-            problems.append(f"{field_name}={_shown(value)} has no effect without {switch}: set "
+        problems.append(f"{field_name}={_shown(value)} has no effect without {switch}: set "
                             f"{switch}, or leave {field_name} at its default ({_shown(default)})")
     if problems:
         raise ValueError("; ".join(problems))
@@ -391,17 +477,37 @@ class RunConfig(StrictModel):
         """Stable hash of the config (seed included).
 
         Only values that differ from their field's default enter the hash, so adding a
-        new option with a default keeps the ids (and stored results) of existing runs.
+        new option with a default keeps the ids (and stored results) of existing runs. The
+        model section enters as :meth:`ModelConfig.hash_fields` gives it: a transformer's
+        nested families as the flat fields they replaced, so a run id does not depend on
+        which layout a config was written in.
         """
         data = self.model_dump(mode="json", exclude_defaults=True)
         data["task"] = {**data.get("task", {}), "name": self.task.name}
-        data["model"] = {**data.get("model", {}), "name": self.model.name}
+        data["model"] = {**self.model.hash_fields(), "name": self.model.name}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def run_id(self) -> str:
         """Deterministic run id: same config -> same run directory (so sweeps resume)."""
         return f"{self.task.name}-{self.model.name}-s{self.seed}-{self.config_hash()[:10]}"
+
+    def value_at(self, key: str) -> Any:
+        """The value at a dotted key (``model.block.norm``); a model key may use a name the
+        model's input still accepts (``model.norm``). KeyError if there is none."""
+        data = self.to_dict()
+        path = key.split(".")
+        if path[0] == "model" and len(path) == 2:
+            legacy = self.model.legacy_fields()  # an older name; a family's old switch: its kind
+            if path[1] in legacy and (path[1] not in data["model"]
+                                      or isinstance(data["model"][path[1]], dict)):
+                return legacy[path[1]]
+        node: Any = data
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(key)
+            node = node[part]
+        return node
 
 
 # ----------------------------------------------------------------------------- overrides
@@ -441,8 +547,38 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def set_path(data: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``data[path[0]][path[1]]... = value`` in place, creating sections as needed."""
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {} if child is None else child
+            if not isinstance(child, dict):
+                raise SglabError(
+                    f"override {'.'.join(path)}: {part!r} is a value, not a section"
+                )
+            node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+def _model_class(data: dict[str, Any]) -> type[ModelConfig] | None:
+    """The registered config class of the model section in ``data`` (None: unknown)."""
+    from sglab import registry
+
+    section = data.get("model")
+    name = section.get("name", DEFAULT_NAMES["model"]) if isinstance(section, dict) else \
+        DEFAULT_NAMES["model"]
+    found = registry.config_class("model", name) if isinstance(name, str) else None
+    return found if isinstance(found, type) and issubclass(found, ModelConfig) else None
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``data`` with dotted overrides applied (creating sections as needed)."""
+    """Return a copy of ``data`` with dotted overrides applied (creating sections as needed).
+
+    A model key goes through the model's :meth:`ModelConfig.set_input`, which also takes
+    the names of an older layout of its config (``model.pos_encoding`` of a transformer)."""
     data = copy.deepcopy(data)
     items = (
         [parse_override(o) for o in overrides]
@@ -450,19 +586,39 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any])
         else [(k.split("."), v) for k, v in overrides.items()]
     )
     for path, value in items:
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {} if child is None else child
-                if not isinstance(child, dict):
-                    raise SglabError(
-                        f"override {'.'.join(path)}: {part!r} is a value, not a section"
-                    )
-                node[part] = child
-            node = child
-        node[path[-1]] = value
+        model_class = _model_class(data) if path[0] == "model" and len(path) > 1 else None
+        if model_class is None:
+            set_path(data, path, value)
+            continue
+        section = data.get("model")
+        if not isinstance(section, dict):
+            set_path(data, path, value)
+            continue
+        model_class.set_input(section, path[1:], value)
     return data
+
+
+def canonical_setting(key: str, value: Any = None, model_name: str | None = None
+                      ) -> tuple[str, Any]:
+    """A dotted key and its value as the current layout spells them
+    (``model.pos_encoding`` -> ``model.positions.kind``, ``model.copy_gate=true`` ->
+    ``model.block.kind=copy_gate`` for a transformer): two spellings of one setting compare
+    equal. ``model_name``: the model the key is about (default: the default model)."""
+    from sglab import registry
+
+    path = key.split(".")
+    if path[0] != "model" or len(path) < 2:
+        return key, value
+    model_class = registry.config_class("model", model_name or DEFAULT_NAMES["model"])
+    if not (isinstance(model_class, type) and issubclass(model_class, ModelConfig)):
+        return key, value
+    new_path, new_value = model_class.input_path(path[1:], value)
+    return ".".join(["model", *new_path]), new_value
+
+
+def canonical_key(key: str, model_name: str | None = None) -> str:
+    """:func:`canonical_setting`'s key alone."""
+    return canonical_setting(key, None, model_name)[0]
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -492,15 +648,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- validation
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> list[str]:
-    """Valid keys of the section where an error at ``loc`` happened."""
+def _section_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> type[BaseModel] | None:
+    """The config class of the section where an error at ``loc`` happened."""
     from sglab import registry
 
     node_cls: type[BaseModel] | None = cls
     node_data = data
     for part in loc[:-1]:
         if node_cls is None or not isinstance(part, str):
-            return []
+            return None
         if node_cls is RunConfig and part in ("task", "model") and isinstance(node_data, dict):
             name = (node_data.get(part) or {}).get("name") if isinstance(node_data.get(part), dict) else None
             node_cls = registry.config_class(part, name) if name else None
@@ -508,8 +664,28 @@ def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> list[st
             field = node_cls.model_fields.get(part)
             ann = field.annotation if field else None
             node_cls = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            if node_cls is not None and issubclass(node_cls, FamilyConfig):
+                node_cls = node_cls.kind_class(node_data.get(part) if isinstance(node_data, dict)
+                                               else None)
         node_data = node_data.get(part) if isinstance(node_data, dict) else None
-    return list(node_cls.model_fields) if node_cls is not None else []
+    return node_cls
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> list[str]:
+    """Valid keys of the section where an error at ``loc`` happened."""
+    node_cls = _section_at(cls, loc, data)
+    if node_cls is None:
+        return []
+    if issubclass(node_cls, FamilyConfig):
+        return node_cls.visible_fields()
+    return list(node_cls.model_fields)
+
+
+def _aliases_at(cls: type[BaseModel], loc: tuple[Any, ...], data: Any) -> list[str]:
+    """Keys the section at ``loc`` accepts besides its fields (a model's older names)."""
+    node_cls = _section_at(cls, loc, data)
+    return node_cls.input_aliases() if node_cls is not None and issubclass(
+        node_cls, ModelConfig) else []
 
 
 SHOWN_CHARS = 200  # the most of one value an error message shows
@@ -534,7 +710,8 @@ def format_validation_error(exc: ValidationError, cls: type[BaseModel], data: An
         where = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden":
             valid = _fields_at(cls, loc, data)
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.4)
+            near = difflib.get_close_matches(str(loc[-1]), valid + _aliases_at(cls, loc, data),
+                                             n=1, cutoff=0.4)
             hint = f" Did you mean {'.'.join([*map(str, loc[:-1]), near[0]])!r}?" if near else ""
             lines.append(f"unknown key {where!r}.{hint} Valid keys here: {', '.join(valid)}")
         elif err["type"] == "missing":

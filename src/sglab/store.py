@@ -216,6 +216,15 @@ _READ_ONLY = ("readonly database", "unable to open database file", "read-only fi
               "readonly", "permission denied")
 
 
+def _model_aliases() -> list[str]:
+    """Model keys of an older config layout that queries still take (a transformer's flat
+    names: ``pos_encoding``)."""
+    from sglab import registry
+
+    found = registry.config_class("model", "transformer")
+    return found.input_aliases() if found is not None else []
+
+
 def _dotted_paths(data: Any, prefix: str = "") -> set[str]:
     """Every ``a.b.c`` path of a nested dict (the paths of its dicts included)."""
     paths: set[str] = set()
@@ -380,6 +389,41 @@ class RunStore:
                  + (" ..." if len(gone) > 5 else ""))
         return count
 
+    def migrate_configs(self, skipped: Callable[[str], None] | None = None) -> list[str]:
+        """Rewrite every stored run's config.yaml whose model section is written in an older
+        layout (a flat transformer config) in the current one, and return their run ids.
+
+        A run's id is unchanged by construction (``RunConfig.config_hash`` reads the old
+        layout from the new one); a config whose id would change, or that does not load,
+        is left as it is and named to ``skipped``. Reindex afterwards."""
+        from sglab.config import RunConfig, validate
+        from sglab.io import atomic_write_text
+
+        migrated = []
+        for path in sorted(self.runs_dir.glob("*/config.yaml")):
+            run_dir = path.parent
+            if run_dir.name.startswith("."):
+                continue
+            try:
+                data = yaml.safe_load(path.read_text())
+                config = validate(RunConfig, data)
+            except (OSError, ValueError, SglabError) as exc:
+                if skipped is not None:
+                    skipped(f"{run_dir.name}: {str(exc).splitlines()[0]}")
+                continue
+            model = config.to_dict()["model"]
+            if not isinstance(data, dict) or data.get("model") == model:
+                continue
+            new_data = {**data, "model": model}
+            again = validate(RunConfig, new_data)
+            if again.run_id() != config.run_id() or again != config:
+                if skipped is not None:
+                    skipped(f"{run_dir.name}: its config would change in the current layout")
+                continue
+            atomic_write_text(path, yaml.safe_dump(new_data, sort_keys=False))
+            migrated.append(config.run_id())
+        return migrated
+
     def _set_aside_if_damaged(self, note: Callable[[str], None] | None) -> None:
         if not self.db_path.is_file():
             return
@@ -425,21 +469,29 @@ class RunStore:
     def _unknown_key_message(key: str, config_paths: set[str], summary_paths: set[str]) -> str:
         import difflib
 
-        near = difflib.get_close_matches(key, sorted(config_paths | summary_paths), n=3)
+        from sglab.config import canonical_setting
+
+        aliases = {old for old in (f"model.{name}" for name in _model_aliases())
+                   if canonical_setting(old, "")[0] in config_paths}
+        near = difflib.get_close_matches(key, sorted(config_paths | summary_paths | aliases), n=3)
         hint = f" Did you mean {', '.join(near)}?" if near else ""
         return (f"no run in the store has {key!r}.{hint} Filter on a column "
                 f"({', '.join(c for c in COLUMNS if c not in ('updated', 'path'))}), a config "
-                "path (model.pos_encoding) or a summary path (final.ood_test/exact_match, "
+                "path (model.positions.kind, or its old name model.pos_encoding) or a "
+                "summary path (final.ood_test/exact_match, "
                 "labels.<experiment>.<label>).")
 
     def query(self, where: list[str] | None = None) -> list[dict[str, Any]]:
         """Rows matching every ``KEY OP VALUE`` filter.
 
         KEY is a column (task, model, seed, status, tag, ...), a config path
-        (``model.pos_encoding``) or a summary path (``final.ood_test/exact_match``,
+        (``model.positions.kind``; a transformer's old flat names such as
+        ``model.pos_encoding`` too) or a summary path (``final.ood_test/exact_match``,
         ``labels.<experiment>.<label>``);
         OP is one of = != < <= > >=.
         """
+        from sglab.config import canonical_setting
+
         clauses, params = [], []
         config_paths, summary_paths = self._known_paths() if where else (set(), set())
         for text in where or []:
@@ -453,18 +505,30 @@ class RunStore:
                 value = json.dumps(value)
             if key in COLUMNS:
                 clauses.append(f"{key} {op} ?")
-            else:
-                if key in summary_paths:
+                params.append(value)
+                continue
+            alternatives = [(key, value)]
+            if key not in summary_paths:
+                # a setting of an older config layout (model.pos_encoding): runs store the
+                # current one (model.positions.kind), runs of other models may store the name
+                current, current_value = canonical_setting(key, value)
+                if current != key and current in config_paths:
+                    alternatives = [*([(key, value)] if key in config_paths else []),
+                                    (current, current_value)]
+            ors = []
+            for name, wanted in alternatives:
+                if name in summary_paths:
                     column = "summary_json"
-                elif key in config_paths:
+                elif name in config_paths:
                     column = "config_json"
                 elif not config_paths:  # nothing indexed: nothing can match
                     column = "config_json"
                 else:
-                    raise SglabError(self._unknown_key_message(key, config_paths, summary_paths))
-                path = "$." + ".".join(f'"{part}"' for part in key.split("."))
-                clauses.append(f"json_extract({column}, '{path}') {op} ?")
-            params.append(value)
+                    raise SglabError(self._unknown_key_message(name, config_paths, summary_paths))
+                path = "$." + ".".join(f'"{part}"' for part in name.split("."))
+                ors.append(f"json_extract({column}, '{path}') {op} ?")
+                params.append(wanted)
+            clauses.append(ors[0] if len(ors) == 1 else "(" + " OR ".join(ors) + ")")
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         if not self.db_path.exists():
             return []

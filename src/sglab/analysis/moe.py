@@ -79,7 +79,7 @@ def ffn_statistics(model: nn.Module, input_ids: torch.Tensor) -> dict[str, list]
         out["active_units"] = [active_units(h) for h in hidden]
     experts = _layers(captured, "experts")
     if experts:
-        n_experts = model.config.moe_experts
+        n_experts = model.config.ffn.experts
         gates = _layers(captured, "gates")
         usages = [expert_usage(e, n_experts, g) for e, g in zip(experts, gates, strict=True)]
         out["usage"] = [u.sort(descending=True).values.tolist() for u in usages]

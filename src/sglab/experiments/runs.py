@@ -22,6 +22,7 @@ from sglab.config import (
     RunConfig,
     apply_overrides,
     build_run_config,
+    canonical_key,
     parse_override,
 )
 from sglab.errors import SglabError
@@ -48,11 +49,13 @@ class Arm:
 
 def check_user_overrides(experiment: str, arms: Sequence[Arm], overrides: Sequence[str]) -> None:
     """Reject ``--set`` keys that an arm sets itself (they would be silently overwritten)."""
-    axes = list(dict.fromkeys(key for arm in arms for key in arm.axes()))
+    # one setting may be spelled two ways (model.pos_encoding, model.positions.kind): compare
+    # them as the current layout spells them, name the axis as the arm does
+    axes = {canonical_key(key): key for arm in arms for key in arm.axes()}
     for text in overrides:
         path, _ = parse_override(text)
-        key = ".".join(path)
-        clash = next((axis for axis in axes
+        key = canonical_key(".".join(path))
+        clash = next((axes[axis] for axis in axes
                       if axis == key or axis.startswith(key + ".") or key.startswith(axis + ".")),
                      None)
         if clash == "seed":

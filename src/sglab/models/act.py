@@ -95,6 +95,8 @@ class AdaptiveHalting(nn.Module):
     def reset_bias(self) -> None:
         nn.init.constant_(self.unit.bias, self.bias_init)
 
+    fix_weights = reset_bias  # b_H survives any init scheme
+
     def forward(self, states: torch.Tensor,
                 real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``states`` [steps, batch, len, d], ``real`` [batch, len] (False = padding).

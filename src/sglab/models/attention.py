@@ -79,10 +79,12 @@ def _unfused(pattern: HookPoint, q: torch.Tensor, dropout: float) -> bool:
 
 class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, causal: bool, bias: bool, dropout: float,
-                 rotary: nn.Module | None = None, out_projection: bool = True):
+                 rotary: nn.Module | None = None, out_projection: bool = True,
+                 frozen: tuple[bool, bool] = (False, False)):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.causal = causal
+        self.frozen = frozen  # (W_Q = W_K = 0, W_V = I): fixed by fix_weights after the init
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias) if out_projection else nn.Identity()
         self.dropout = dropout
@@ -121,6 +123,10 @@ class SelfAttention(nn.Module):
         if isinstance(self.out, nn.Linear):
             views["W_O"] = self.out.weight
         return views
+
+    def fix_weights(self) -> None:
+        """Fix the weights ``frozen`` names (the model calls this after its init scheme)."""
+        self.freeze(*self.frozen)
 
     def freeze(self, query_key_zero: bool, value_identity: bool) -> None:
         """Fix W_Q = W_K = 0 (and their biases) and/or W_V = I (bias 0); the rest trains."""

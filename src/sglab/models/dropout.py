@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel
 from torch import nn
 
 _MASK32 = 0xFFFFFFFF
@@ -68,9 +69,16 @@ def member_masks(seed: torch.Tensor, step: torch.Tensor) -> Iterator[None]:
         _KEYS.pop()
 
 
-def dropout_fields_on(model_config) -> list[str]:
-    """The model's dropout fields (dropout, attention_dropout, gate_dropout, ...) that are on."""
-    return [name for name, value in model_config if name.endswith("dropout") and value]
+def dropout_fields_on(model_config, prefix: str = "") -> list[str]:
+    """The model's dropout fields (dropout, attention.dropout, block.gate_dropout, ...) that
+    are on, sub-configs (a transformer's families) included."""
+    on = []
+    for name, value in model_config:
+        if isinstance(value, BaseModel):
+            on += dropout_fields_on(value, f"{prefix}{name}.")
+        elif name.endswith("dropout") and value:
+            on.append(prefix + name)
+    return on
 
 
 def drawing_member_masks() -> bool:

@@ -1,6 +1,6 @@
 """The MLP sub-block of a Transformer layer and its approximations (thesis Ch. 7).
 
-``model.ffn``: ``dense`` (y = W2 act(W1 x)), ``topk`` (keep the K largest units of
+``model.ffn.kind``: ``dense`` (y = W2 act(W1 x)), ``topk`` (keep the K largest units of
 u = act(W1 x), Eqs. 7.6-7.7; computed densely, a quality probe), ``pkm`` (product-key
 memory, Eq. 7.8 and App. F.1.3), ``sigma_moe`` / ``switch`` / ``s_base`` (models/moe.py).
 Every module has ``forward_flops_per_token()``: the matmul FLOPs (2 x multiply-adds) of
@@ -17,8 +17,7 @@ from torch import nn
 from sglab.models.dropout import Dropout
 from sglab.models.hookpoint import HookPoint
 from sglab.models.moe import MoE
-
-MOE_KINDS = ("sigma_moe", "switch", "s_base")
+from sglab.models.transformer_config import MOE_KINDS
 
 
 class MLP(nn.Module):
@@ -95,35 +94,35 @@ class ProductKeyMemory(nn.Module):
             self.top_k, self.n_sub**2) * d
 
 
-def make_ffn(config, n_layers: int) -> nn.Module | None:
-    """The MLP sub-block a TransformerConfig asks for (None for ``ffn=none``)."""
-    c = config
-    if c.ffn == "none":
+def make_ffn(ffn, d_model: int, n_layers: int, bias: bool, dropout: float) -> nn.Module | None:
+    """The MLP sub-block of a transformer's ``ffn`` family (None for kind ``none``)."""
+    if ffn.kind == "none":
         return None
-    if c.ffn in ("dense", "topk"):
-        return MLP(c.d_model, c.d_ff or 4 * c.d_model, c.bias, c.activation, c.dropout,
-                   c.ffn_top_k if c.ffn == "topk" else None)
-    if c.ffn == "pkm":
-        return ProductKeyMemory(c.d_model, c.pkm_subkeys, c.pkm_heads, c.pkm_top_k,
-                                c.pkm_activation, n_layers, c.dropout)
-    return MoE(c.d_model, c.moe_experts, c.moe_expert_size, c.moe_top_k, n_layers, kind=c.ffn,
-               selection=c.moe_selection, init=c.moe_init, impl=c.moe_impl,
-               expert_dropout=c.expert_dropout, hidden_dropout=c.expert_hidden_dropout,
-               reg_weight=c.moe_reg_weight, switch_loss_scale=c.switch_loss_scale,
-               activation=c.activation, dropout=c.dropout)
+    if ffn.kind in ("dense", "topk"):
+        return MLP(d_model, ffn.d_ff or 4 * d_model, bias, ffn.activation, dropout,
+                   ffn.top_k if ffn.kind == "topk" else None)
+    if ffn.kind == "pkm":
+        return ProductKeyMemory(d_model, ffn.subkeys, ffn.heads, ffn.top_k, ffn.score_activation,
+                                n_layers, dropout)
+    return MoE(d_model, ffn.experts, ffn.expert_size, ffn.top_k, n_layers, kind=ffn.kind,
+               selection=getattr(ffn, "selection", "sigmoid"), init=getattr(ffn, "init", "sigma"),
+               impl=ffn.impl, expert_dropout=ffn.expert_dropout,
+               hidden_dropout=ffn.hidden_dropout, reg_weight=ffn.reg_weight,
+               switch_loss_scale=getattr(ffn, "loss_scale", "equation"),
+               activation=ffn.activation, dropout=dropout)
 
 
 def ffn_parameters(config) -> int:
-    """Parameters of one MLP sub-block: dense 2 d d_ff; MoE 2 d N_E G + N_E d; PKM
-    n^2 d + heads n d (biases not counted)."""
-    c, d = config, config.d_model
-    if c.ffn == "none":
+    """Parameters of one MLP sub-block of a TransformerConfig: dense 2 d d_ff; MoE
+    2 d N_E G + N_E d; PKM n^2 d + heads n d (biases not counted)."""
+    ffn, d = config.ffn, config.d_model
+    if ffn.kind == "none":
         return 0
-    if c.ffn in ("dense", "topk"):
-        return 2 * d * (c.d_ff or 4 * d)
-    if c.ffn == "pkm":
-        return c.pkm_subkeys**2 * d + c.pkm_heads * c.pkm_subkeys * d
-    return 2 * d * c.moe_experts * c.moe_expert_size + c.moe_experts * d
+    if ffn.kind in ("dense", "topk"):
+        return 2 * d * (ffn.d_ff or 4 * d)
+    if ffn.kind == "pkm":
+        return ffn.subkeys**2 * d + ffn.heads * ffn.subkeys * d
+    return 2 * d * ffn.experts * ffn.expert_size + ffn.experts * d
 
 
 def param_matched_d_ff(n_experts: int, expert_size: int) -> int:

@@ -33,7 +33,7 @@ class AbsolutePositions(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
         if length > self.max_len:
-            raise ValueError(f"sequence of length {length} exceeds model.max_len={self.max_len}")
+            raise ValueError(f"sequence of length {length} exceeds model.positions.max_len={self.max_len}")
         pos = self.table.weight[:length] if self.table is not None else self.fixed[:length]
         return x + pos
 

@@ -121,9 +121,10 @@ class Seq2SeqTransformer(nn.Module):
         super().__init__()
         self.config = config
         common = dict(n_layers=config.n_layers, n_heads=config.n_heads, d_model=config.d_model,
-                      d_ff=config.d_ff, norm="post", activation="relu", dropout=config.dropout,
+                      ffn={"kind": "dense", "d_ff": config.d_ff, "activation": "relu"},
+                      block={"kind": "plain", "norm": "post"}, dropout=config.dropout,
                       bias=config.bias,
-                      pos_encoding="relative" if config.pos_encoding == "relative" else "none")
+                      positions="relative" if config.pos_encoding == "relative" else "none")
         encoder_config = TransformerConfig(attention_mask="bidirectional", **common)
         decoder_config = TransformerConfig(attention_mask="causal", **common)
         unique = 1 if config.universal else config.n_layers

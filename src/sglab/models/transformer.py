@@ -1,26 +1,30 @@
-"""One Transformer stack; every architectural choice of the seeds is a config switch.
+"""One Transformer stack, built family by family from its config (models/transformer_config.py).
+
+Each family of the config has its factory here: ``make_embedding`` (embedding),
+``make_positions`` (positions), ``make_attention`` (attention), ``make_ffn``
+(ffn, models/ffn.py), ``make_blocks`` (block: :class:`Block` or :class:`CopyGateBlock`,
+separate or one shared layer), ``make_halting`` (halting) and ``init_weights`` (init).
 
 Block with pre-LN (nanoGPT):   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
 Block with post-LN:            x = ln_1(x + attn(x));  x = ln_2(x + mlp(x))
 Residual ablation of a layer (Zuo & Guerzhoy, Sec. 5) removes both of its
 residual connections: x = attn(ln_1(x)); x = mlp(ln_2(x)).
 
-Switches for the one-layer topic model of Li et al. (2023),
-f(X) = W_E^T (W_V W_E X) Attn(W_E X) + b: ``ffn: none`` (no MLP sub-block),
-``embedding: one_hot`` (W_E = I, frozen; needs d_model = vocabulary size),
-``uniform_attention`` (W_Q = W_K = 0, frozen), ``identity_value`` (W_V = I, frozen),
-``attention_out_projection: false`` (no W_O) and ``output_bias`` (b).
+The one-layer topic model of Li et al. (2023), f(X) = W_E^T (W_V W_E X) Attn(W_E X) + b:
+``ffn: none`` (no MLP sub-block), ``embedding: {kind: one_hot, output_bias: true}``
+(W_E = I, frozen; needs d_model = vocabulary size; b), ``attention: {kind: softmax,
+uniform: true, identity_value: true, out_projection: false}`` (W_Q = W_K = 0 and W_V = I,
+frozen; no W_O).
 
-Switches of the Neural Data Router (thesis Ch. 5): ``attention: geometric``
-(directional geometric attention, models/geometric.py) or ``abs_rel_gated``
-(appendix D.2, models/abs_rel.py); ``copy_gate`` (copy-gated post-LN layer, Eqs.
-5.1-5.5, see :class:`CopyGateBlock`); ``shared_layers`` (one layer applied
-``n_layers`` times in training and ``eval_steps`` times in evaluation); ``readout``
-(``first`` / ``last``: the model classifies the sequence from that column and
-returns logits of shape [batch, 1, vocab]); ``act`` (adaptive computation time over
-the shared layer's steps, thesis appendix D.1, see models/act.py: each column's output
-is a halting-weighted mixture of its states, and the ponder loss is left in
-``model.aux_loss`` for the Trainer).
+The Neural Data Router (thesis Ch. 5): ``attention: geometric`` (directional geometric
+attention, models/geometric.py) or ``abs_rel_gated`` (appendix D.2, models/abs_rel.py);
+``block: {kind: copy_gate}`` (copy-gated post-LN layer, Eqs. 5.1-5.5, see
+:class:`CopyGateBlock`); ``block.shared`` (one layer applied ``n_layers`` times in training
+and ``block.eval_steps`` times in evaluation); ``readout`` (``first`` / ``last``: the model
+classifies the sequence from that column and returns logits of shape [batch, 1, vocab]);
+``halting: graves | ut`` (adaptive computation time over the shared layer's steps, thesis
+appendix D.1, see models/act.py: each column's output is a halting-weighted mixture of its
+states, and the ponder loss is left in ``model.aux_loss`` for the Trainer).
 
 Hook names: ``embed``, ``blocks.{i}.attn.pattern``, ``blocks.{i}.attn_out``,
 ``blocks.{i}.resid_mid``, ``blocks.{i}.mlp.hidden``, ``blocks.{i}.mlp_out``,
@@ -41,271 +45,127 @@ import inspect
 import math
 from collections import OrderedDict
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import Field, model_validator
 from torch import nn
 
 from sglab import registry
-from sglab.config import ModelConfig, check_switches
+from sglab.config import ModelConfig
 from sglab.errors import SglabError
 from sglab.models.abs_rel import AbsRelGatedAttention
 from sglab.models.act import AdaptiveHalting
 from sglab.models.attention import CrossAttention, SelfAttention
 from sglab.models.dropout import Dropout, keep_mask
-from sglab.models.ffn import MOE_KINDS, make_ffn
+from sglab.models.ffn import make_ffn
 from sglab.models.geometric import GeometricAttention
 from sglab.models.hookpoint import HookPoint
 from sglab.models.init import apply_init
 from sglab.models.positional import AbsolutePositions, Rotary
 from sglab.models.relative import RelativeSelfAttention
+from sglab.models.transformer_config import TransformerConfig
 
 PAD_ID = 0  # sglab.tasks.base.Vocabulary: id 0 is always padding
 
 
-class TransformerConfig(ModelConfig):
-    name: Literal["transformer"] = "transformer"
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(128, ge=1)
-    d_ff: int | None = Field(None, ge=1, description="MLP width (null = 4 * d_model).")
-    pos_encoding: Literal["learned", "sinusoidal", "none", "rotary", "relative"] = Field(
-        "learned", description="relative: Transformer-XL relative attention in every layer, "
-                               "no absolute positions.")
-    attention_mask: Literal["causal", "bidirectional"] = "causal"
-    norm: Literal["pre", "post", "none"] = "pre"
-    residual_ablation: list[int] = Field(
-        default_factory=list, description="Layers whose two residual connections are removed."
-    )
-    activation: Literal["gelu", "relu"] = "gelu"
-    init: Literal["default", "gamma", "torch", "fan_in"] = Field(
-        "default", description="default: GPT-2 style N(0, 0.02) (residual outputs scaled by "
-                               "depth); gamma: N(0, d_in^-2gamma) (init-scale study); torch: "
-                               "PyTorch's own module inits (embeddings N(0, 1)) with the NDR "
-                               "code's Xavier init of geometric attention and copy-gated layers; "
-                               "fan_in: N(0, 2 / (n_layers fan_in)) (thesis Ch. 7 code).")
-    init_gamma: float = Field(0.5, gt=0, description="sigma = d_in^-gamma when init=gamma.")
-    tie_embeddings: bool = True
-    dropout: float = Field(0.0, ge=0, lt=1)
-    bias: bool = False
-    max_len: int | None = Field(None, ge=1, description="Longest input (null = the task's).")
-    ffn: Literal["dense", "none", "topk", "pkm", "sigma_moe", "switch", "s_base"] = Field(
-        "dense", description="none: blocks have no MLP sub-block; topk, pkm, sigma_moe, switch, "
-                             "s_base: the MLP approximations of thesis Ch. 7 (models/ffn.py, "
-                             "models/moe.py).")
-    ffn_top_k: int | None = Field(None, ge=1, description="ffn=topk: units kept (K, Eq. 7.6).")
-    pkm_heads: int = Field(4, ge=1, description="ffn=pkm: heads.")
-    pkm_subkeys: int | None = Field(None, ge=1, description="ffn=pkm: sub-keys per half "
-                                                          "(n_sub^2 values).")
-    pkm_top_k: int = Field(32, ge=1, description="ffn=pkm: values chosen per head.")
-    pkm_activation: Literal["relu", "softmax"] = "relu"
-    moe_experts: int | None = Field(None, ge=1, description="MoE kinds: number of experts N_E.")
-    moe_expert_size: int | None = Field(None, ge=1, description="MoE kinds: expert size G.")
-    moe_top_k: int | None = Field(None, ge=1, description="MoE kinds: experts per token K.")
-    moe_impl: Literal["masked", "sorted"] = Field(
-        "masked", description="masked: every expert computed, then weighted (vmap-able); "
-                              "sorted: one matmul per non-empty expert.")
-    moe_selection: Literal["sigmoid", "softmax_before", "softmax_after"] = Field(
-        "sigmoid", description="ffn=sigma_moe: score function (Tab. 7.4 ablations).")
-    moe_init: Literal["sigma", "standard"] = Field(
-        "sigma", description="sigma: W2^e std from d_ff = N_E G (Sec. 7.4); standard: from G.")
-    expert_dropout: float = Field(0.0, ge=0, lt=1, description="MoE kinds: expert dropout "
-                                                               "delta (training).")
-    expert_hidden_dropout: float = Field(0.0, ge=0, lt=1, description="MoE kinds: standard "
-                                                                      "dropout on expert units.")
-    moe_reg_weight: float = Field(0.001, ge=0, description="MoE kinds: gamma of the balancing "
-                                                           "loss (Eq. 7.20; Switch: Eq. 7.16).")
-    switch_loss_scale: Literal["equation", "code"] = Field(
-        "equation", description="ffn=switch: N_E f.p (equation) or f.p / N_E (code).")
-    embedding: Literal["learned", "one_hot"] = Field(
-        "learned", description="one_hot: token embeddings fixed to the identity (d_model must "
-                               "equal the vocabulary size); tied decoder = identity too.")
-    uniform_attention: bool = Field(
-        False, description="Fix W_Q = W_K = 0: every query attends uniformly to the allowed keys.")
-    identity_value: bool = Field(False, description="Fix the value projection W_V to the identity.")
-    attention_out_projection: bool = Field(
-        True, description="false: no output projection W_O after attention (heads concatenated).")
-    output_bias: bool = Field(False, description="A trainable bias b added to the output logits.")
-    attention: Literal["softmax", "geometric", "abs_rel_gated"] = Field(
-        "softmax", description="geometric: directional geometric attention (NDR, thesis Eqs. "
-                               "5.6-5.10); abs_rel_gated: gated absolute/relative attention "
-                               "(thesis appendix D.2). Both need attention_mask=bidirectional.")
-    attention_dropout: float = Field(
-        0.0, ge=0, lt=1, description="Dropout on geometric content keys / abs_rel_gated weights.")
-    geometric_normalize: bool = Field(
-        False, description="L1-normalize each row of the geometric attention (off in the thesis).")
-    copy_gate: bool = Field(
-        False, description="Copy-gated post-LN layer (thesis Eqs. 5.1-5.5): no residual around "
-                           "the data FFN, h' = g*u + (1-g)*h with g = sigmoid(FFN_gate(a)).")
-    copy_gate_bias_init: float = Field(-3.0, description="Initial bias of the gate's output layer.")
-    copy_gate_ffn_dropout: float | None = Field(
-        None, ge=0, lt=1, description="Dropout inside the copy-gated layer's data and gate FFNs "
-                                      "(null: `dropout`). The modified NDR of thesis App. E "
-                                      "has none there (\"We do not use any dropout in Eq. "
-                                      "E.1\"): its dropout acts on the attention output only.")
-    copy_gate_data_gain: float | None = Field(
-        None, gt=0, description="With init=torch, the Xavier gain of the copy-gated layer's "
-                                "data-FFN output weights (W_2). null: the ndr_init scheme's -- "
-                                "5/3 on the NDR layer (the NDR code's geometric layer), "
-                                "nn.Linear's init on the tanh-update layers under ndr_init=code. "
-                                "The CTL++ code's App. E layer uses 1.")
-    gate_dropout: float = Field(
-        0.0, ge=0, lt=1, description="Training only: probability of zeroing a column's whole gate "
-                                     "vector (forces a copy).")
-    update_norm: Literal["layernorm", "tanh"] = Field(
-        "layernorm", description="Squashing of the copy-gated update u (Eq. 5.2): layernorm (NDR) "
-                                 "or tanh (the non-geometric gated baselines).")
-    shared_layers: bool = Field(
-        False, description="One layer applied n_layers times (universal transformer).")
-    eval_steps: int | None = Field(
-        None, ge=1, description="Shared layers: number of steps in evaluation (null = n_layers).")
-    readout: Literal["none", "first", "last"] = Field(
-        "none", description="Sequence classification from the first or the last real column; "
-                            "the model returns logits of shape [batch, 1, vocab].")
-    act: Literal["none", "graves", "ut"] = Field(
-        "none", description="Adaptive computation time over the shared layer's steps (thesis "
-                            "appendix D.1): graves (variant A) or ut (Dehghani et al., variant "
-                            "U). Halting only picks each column's readout steps.")
-    act_threshold: float = Field(0.99, gt=0, le=1, description="ACT halting threshold 1 - eps.")
-    act_loss_weight: float = Field(
-        0.03, ge=0, description="alpha of the ponder loss alpha * mean remainder R over the "
-                                "real columns, added to the training loss.")
-    act_bias_init: float = Field(1.0, description="Initial bias b_H of the halting unit.")
-    copy_gate_ffn: Literal["relu", "gelu_residual"] = Field(
-        "relu", description="FFNs of the copy-gated layer. relu: Eqs. 5.2 and 5.5; "
-                            "gelu_residual: the modified NDR of thesis App. E -- GELU in both "
-                            "FFNs (Eq. E.1) and a residual around the data FFN, "
-                            "u = LN(FFN_data(a) + a) (Eq. E.2).")
-    ndr_init: Literal["code", "xavier"] = Field(
-        "code", description="With init=torch, the NDR layers' init. code: as the thesis code ends "
-                            "up -- Xavier weights, the directional projection (W_LR, W_RL) and "
-                            "all FFN biases keep PyTorch's default init, the query bias starts "
-                            "at 0; relative-position attention (pos_encoding=relative, "
-                            "attention=abs_rel_gated) gets Xavier W_q, [W_kE; W_v], W_kP and "
-                            "zero projection biases; the tanh-update gated layers' data FFN "
-                            "output keeps nn.Linear's init. xavier: Xavier for the directional "
-                            "projection too, zero FFN biases, gain 5/3 on every data FFN "
-                            "output, relative attention at nn.Linear's init.")
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.pos_encoding == "rotary" and (self.d_model // self.n_heads) % 2:
-            raise ValueError("rotary positions need an even head dimension (d_model / n_heads)")
-        bad = [i for i in self.residual_ablation if not 0 <= i < self.n_layers]
-        if bad:
-            raise ValueError(
-                f"residual_ablation has layer indices {bad} outside 0..{self.n_layers - 1}"
-            )
-        if self.ffn not in ("dense", "topk") and self.d_ff is not None:
-            raise ValueError(f"d_ff={self.d_ff} has no effect with ffn={self.ffn}; remove d_ff")
-        self._check_ffn()
-        if self.attention != "softmax":
-            if self.attention_mask != "bidirectional":
-                raise ValueError(f"attention={self.attention} is bidirectional only; set "
-                                 "attention_mask=bidirectional")
-            if self.pos_encoding in ("rotary", "relative"):
-                raise ValueError(f"attention={self.attention} brings its own positional signal; "
-                                 f"pos_encoding={self.pos_encoding} cannot be combined with it "
-                                 "(set pos_encoding=none)")
-        if self.copy_gate and (self.norm != "post" or self.ffn != "dense" or self.residual_ablation):
-            raise ValueError("copy_gate is a post-LN layer with a dense FFN: set norm=post, "
-                             "ffn=dense and no residual_ablation")
-        if self.eval_steps is not None and not self.shared_layers:
-            raise ValueError("eval_steps needs shared_layers=true (separate layers cannot run "
-                             "more steps than they have)")
-        if self.act != "none" and not self.shared_layers:
-            raise ValueError(f"act={self.act} halts over the steps of one shared layer: set "
-                             "shared_layers=true")
-        return self
-
-    def _check_ffn(self) -> None:
-        moe = self.ffn in MOE_KINDS
-        if self.ffn == "topk":
-            if self.ffn_top_k is None:
-                raise ValueError("ffn=topk needs ffn_top_k (units kept per token)")
-            if self.ffn_top_k > (self.d_ff or 4 * self.d_model):
-                raise ValueError(f"ffn_top_k={self.ffn_top_k} is larger than d_ff="
-                                 f"{self.d_ff or 4 * self.d_model}")
-        if self.ffn == "pkm":
-            if self.pkm_subkeys is None:
-                raise ValueError("ffn=pkm needs pkm_subkeys (n_sub^2 values)")
-            if self.d_model % 2:
-                raise ValueError(f"ffn=pkm splits x into halves: d_model={self.d_model} must be even")
-        if moe:
-            missing = [f for f in ("moe_experts", "moe_expert_size", "moe_top_k")
-                       if getattr(self, f) is None]
-            if missing:
-                raise ValueError(f"ffn={self.ffn} needs {', '.join(missing)}")
-            if self.moe_top_k > self.moe_experts:
-                raise ValueError(f"moe_top_k={self.moe_top_k} is larger than moe_experts="
-                                 f"{self.moe_experts}; choose K <= N_E")
-
-    @model_validator(mode="after")
-    def _check_switches(self):
-        """Fields set away from their default must have an effect (see check_switches)."""
-        if (self.uniform_attention or self.identity_value) and (
-                self.attention != "softmax" or self.shared_layers or self.pos_encoding == "relative"):
-            raise ValueError("uniform_attention / identity_value fix the weights of softmax "
-                             "attention in separate layers: set attention=softmax, "
-                             "shared_layers=false and a pos_encoding other than relative")
-        check_switches(self, {
-            "init_gamma": (self.init == "gamma", "init=gamma"),
-            "max_len": (self.pos_encoding in ("learned", "sinusoidal", "rotary"),
-                        "pos_encoding=learned, sinusoidal or rotary"),
-            # copy-gated layers compute ReLU and biased FFNs whatever activation and bias
-            # say; activation=relu and bias=true (what the NDR presets set) describe them
-            "activation": (self.ffn != "none" and self.ffn != "pkm",
-                           "ffn=dense, topk, sigma_moe, switch or s_base"),
-            "ffn_top_k": (self.ffn == "topk", "ffn=topk"),
-            **{f: (self.ffn == "pkm", "ffn=pkm")
-               for f in ("pkm_heads", "pkm_subkeys", "pkm_top_k", "pkm_activation")},
-            **{f: (self.ffn in MOE_KINDS, "ffn=sigma_moe, switch or s_base")
-               for f in ("moe_experts", "moe_expert_size", "moe_top_k", "moe_impl",
-                         "expert_dropout", "expert_hidden_dropout", "moe_reg_weight")},
-            "moe_selection": (self.ffn == "sigma_moe", "ffn=sigma_moe"),
-            "moe_init": (self.ffn in ("sigma_moe", "s_base"), "ffn=sigma_moe or s_base"),
-            "switch_loss_scale": (self.ffn == "switch", "ffn=switch"),
-            "attention_out_projection": (self.attention == "softmax", "attention=softmax"),
-            "attention_dropout": (self.attention != "softmax",
-                                  "attention=geometric or attention=abs_rel_gated"),
-            "geometric_normalize": (self.attention == "geometric", "attention=geometric"),
-            "copy_gate_bias_init": (self.copy_gate, "copy_gate=true"),
-            "copy_gate_ffn_dropout": (self.copy_gate, "copy_gate=true"),
-            "copy_gate_data_gain": (self.copy_gate and self.init == "torch",
-                                    "copy_gate=true and init=torch"),
-            "gate_dropout": (self.copy_gate, "copy_gate=true"),
-            "update_norm": (self.copy_gate, "copy_gate=true"),
-            "act_threshold": (self.act != "none", "act=graves or act=ut"),
-            "act_loss_weight": (self.act != "none", "act=graves or act=ut"),
-            "act_bias_init": (self.act != "none", "act=graves or act=ut"),
-        })
-        return self
-
-    def evaluation_statistics(self) -> list[str]:
-        return ["act_steps"] if self.act != "none" else []
-
-
 def _norm(config: TransformerConfig) -> nn.Module:
-    if config.norm == "none":
+    if config.block.norm == "none":
         return nn.Identity()
     return nn.LayerNorm(config.d_model, bias=config.bias)
 
 
+# ----------------------------------------------------------------------------- factories
+
+
+class OneHotEmbedding(nn.Embedding):
+    """Token embeddings fixed to the identity (``embedding: one_hot``): W_E = I, frozen."""
+
+    def fix_weights(self) -> None:
+        with torch.no_grad():
+            self.weight.copy_(torch.eye(self.num_embeddings))
+        self.weight.requires_grad_(False)
+
+
+def make_embedding(config: TransformerConfig, vocab_size: int) -> nn.Embedding:
+    """The token embedding of the ``embedding`` family."""
+    if config.embedding.kind == "one_hot":
+        if config.d_model != vocab_size:
+            raise SglabError(
+                f"model.embedding.kind=one_hot needs model.d_model equal to the vocabulary size "
+                f"({vocab_size}), got d_model={config.d_model}; set model.d_model={vocab_size}"
+                + (" and model.n_heads to a divisor of it" if vocab_size % config.n_heads else "")
+            )
+        return OneHotEmbedding(vocab_size, config.d_model)
+    return nn.Embedding(vocab_size, config.d_model)
+
+
+def make_positions(config: TransformerConfig, max_len: int
+                   ) -> tuple[nn.Module | None, nn.Module | None]:
+    """(positions added to the embeddings, rotary map of the attention) of the
+    ``positions`` family; relative positions live in the attention (make_attention)."""
+    positions = config.positions
+    max_len = getattr(positions, "max_len", None) or max_len
+    if positions.kind in ("learned", "sinusoidal"):
+        return AbsolutePositions(positions.kind, max_len, config.d_model), None
+    if positions.kind == "rotary":
+        return None, Rotary(config.d_model // config.n_heads, max_len)
+    return None, None
+
+
 def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Module:
-    if config.attention == "geometric":
-        return GeometricAttention(config.d_model, config.n_heads, config.attention_dropout,
-                                  config.geometric_normalize)
-    if config.attention == "abs_rel_gated":
-        return AbsRelGatedAttention(config.d_model, config.n_heads, config.attention_dropout)
+    """The self-attention of a block, from the ``attention`` family (softmax attention is
+    Transformer-XL relative attention with ``positions: relative``)."""
+    attention = config.attention
+    if attention.kind == "geometric":
+        return GeometricAttention(config.d_model, config.n_heads, attention.dropout,
+                                  attention.normalize)
+    if attention.kind == "abs_rel_gated":
+        return AbsRelGatedAttention(config.d_model, config.n_heads, attention.dropout)
     causal = config.attention_mask == "causal"
-    if config.pos_encoding == "relative":
+    if config.positions.kind == "relative":
         return RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
-                                     config.dropout, config.attention_out_projection)
+                                     config.dropout, attention.out_projection)
     return SelfAttention(config.d_model, config.n_heads, causal, config.bias, config.dropout,
-                         rotary, config.attention_out_projection)
+                         rotary, attention.out_projection,
+                         frozen=(attention.uniform, attention.identity_value))
+
+
+def make_blocks(config: TransformerConfig, rotary: nn.Module | None) -> nn.ModuleList:
+    """The layers of the ``block`` family: one per layer, or one shared layer with a
+    weight-sharing twin per further step (training or evaluation, whichever is longer)."""
+    block = config.block
+
+    def make(index: int) -> nn.Module:
+        return CopyGateBlock(config, rotary) if block.kind == "copy_gate" else \
+            Block(config, index, rotary)
+
+    if block.shared:
+        shared = make(0)
+        steps = max(config.n_layers, block.eval_steps or 0)
+        return nn.ModuleList([shared, *(share_weights(shared) for _ in range(steps - 1))])
+    return nn.ModuleList(make(i) for i in range(config.n_layers))
+
+
+def make_halting(config: TransformerConfig) -> AdaptiveHalting | None:
+    """The halting unit of the ``halting`` family (None: no ACT)."""
+    halting = config.halting
+    if halting.kind == "none":
+        return None
+    return AdaptiveHalting(config.d_model, halting.kind, halting.threshold, halting.loss_weight,
+                           halting.bias_init)
+
+
+def init_weights(model: nn.Module, config: TransformerConfig) -> None:
+    """The ``init`` family over every weight, then the weights other families fix (a copy
+    gate's and the halting unit's bias, a one-hot embedding, frozen attention weights:
+    every module with a ``fix_weights``), which no init scheme may move."""
+    init = config.init
+    apply_init(model, init.kind, getattr(init, "gamma", 0.5), config.n_layers)
+    if init.kind == "torch":
+        init_ndr_weights(model, init.ndr_init)
+    for module in list(model.modules()):
+        fix = getattr(module, "fix_weights", None)
+        if callable(fix):
+            fix()
 
 
 class Block(nn.Module):
@@ -317,12 +177,13 @@ class Block(nn.Module):
     def __init__(self, config: TransformerConfig, index: int, rotary: nn.Module | None,
                  cross_attention: bool = False):
         super().__init__()
-        self.norm_placement = config.norm
-        self.residual = index not in config.residual_ablation
-        has_mlp = config.ffn != "none"
+        self.norm_placement = config.block.norm
+        self.residual = index not in config.block.residual_ablation
+        has_mlp = config.ffn.kind != "none"
         self.ln_1, self.ln_2 = _norm(config), _norm(config) if has_mlp else nn.Identity()
         self.attn = make_attention(config, rotary)
-        self.mlp = make_ffn(config, config.n_layers)
+        self.mlp = make_ffn(config.ffn, config.d_model, config.n_layers, config.bias,
+                            config.dropout)
         self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid = HookPoint(), HookPoint()
         self.mlp_out, self.resid_post = HookPoint(), HookPoint()
@@ -396,29 +257,29 @@ class CopyGateBlock(nn.Module):
     a = LN(MHA(h, H, H) + h)                (5.1)
     u = LN(FFN_data(a))   (or tanh)         (5.2)  -- no residual around the data FFN
                                                    (u = LN(FFN_data(a) + a) with
-                                                   ``copy_gate_ffn=gelu_residual``, Eq. E.2)
+                                                   ``block.ffn=gelu_residual``, Eq. E.2)
     g = sigmoid(FFN_gate(a))                (5.3)  -- FFN_gate is d -> d -> d
     h' = g * u + (1 - g) * h                (5.4)
 
     Gate dropout (training only) zeroes a column's whole gate vector with probability
-    ``gate_dropout``, which forces a copy of that column.
+    ``gate_dropout``, which forces a copy of that column. Its fields: ``block`` (kind
+    copy_gate); its data FFN is ``ffn.d_ff`` wide.
     """
 
     def __init__(self, config: TransformerConfig, rotary: nn.Module | None):
         super().__init__()
-        d = config.d_model
+        d, block = config.d_model, config.block
         self.attn = make_attention(config, rotary)
         self.ln_1 = nn.LayerNorm(d)
-        self.data_residual = config.copy_gate_ffn == "gelu_residual"
+        self.data_residual = block.ffn == "gelu_residual"
         activation = "gelu" if self.data_residual else "relu"
-        ffn_dropout = config.dropout if config.copy_gate_ffn_dropout is None \
-            else config.copy_gate_ffn_dropout
-        self.mlp = FeedForward(d, config.d_ff or 4 * d, ffn_dropout, activation)
-        self.ln_2 = nn.LayerNorm(d) if config.update_norm == "layernorm" else None
+        ffn_dropout = config.dropout if block.ffn_dropout is None else block.ffn_dropout
+        self.mlp = FeedForward(d, config.ffn.d_ff or 4 * d, ffn_dropout, activation)
+        self.ln_2 = nn.LayerNorm(d) if block.update_norm == "layernorm" else None
         self.gate_ffn = FeedForward(d, d, ffn_dropout, activation)
-        self.gate_dropout = config.gate_dropout
-        self.gate_bias_init = config.copy_gate_bias_init
-        self.data_gain = config.copy_gate_data_gain
+        self.gate_dropout = block.gate_dropout
+        self.gate_bias_init = block.bias_init
+        self.data_gain = block.data_gain
         self.resid_drop = Dropout(config.dropout)
         self.attn_out, self.resid_mid, self.mlp_out = HookPoint(), HookPoint(), HookPoint()
         self.gate, self.resid_post = HookPoint(), HookPoint()
@@ -427,11 +288,13 @@ class CopyGateBlock(nn.Module):
     def reset_gate_bias(self) -> None:
         nn.init.constant_(self.gate_ffn.out.bias, self.gate_bias_init)
 
+    fix_weights = reset_gate_bias  # the gate's bias survives any init scheme
+
     def xavier_(self, zero_bias: bool = True, data_out: bool = True) -> None:
         """The thesis code's init: Xavier-uniform, gains sqrt(2) / 5/3 (data) and sqrt(2) / 1
         (gate). ``data_out=False``: the data FFN's output layer keeps nn.Linear's init, as in
         the thesis code's tanh-update layer ("+ rel + gate", "+ abs/rel + gate").
-        ``copy_gate_data_gain``, when set, is the data output's gain in either case."""
+        ``block.data_gain``, when set, is the data output's gain in either case."""
         out_gain = self.data_gain if self.data_gain is not None else (5 / 3 if data_out else None)
         self.mlp.xavier_(out_gain=out_gain, zero_bias=zero_bias)
         self.gate_ffn.xavier_(out_gain=1.0, zero_bias=zero_bias)
@@ -535,64 +398,28 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.is_causal = config.attention_mask == "causal"
-        max_len = config.max_len or max_len
-        self.tok_emb = nn.Embedding(vocab_size, config.d_model)
-        self.positions = (
-            AbsolutePositions(config.pos_encoding, max_len, config.d_model)
-            if config.pos_encoding in ("learned", "sinusoidal") else None
-        )
-        rotary = (Rotary(config.d_model // config.n_heads, max_len)
-                  if config.pos_encoding == "rotary" else None)
+        self.tok_emb = make_embedding(config, vocab_size)
+        self.positions, rotary = make_positions(config, max_len)
         self.embed = HookPoint()
         self.drop = Dropout(config.dropout)
-        make_block = (lambda i: CopyGateBlock(config, rotary)) if config.copy_gate else (
-            lambda i: Block(config, i, rotary))
-        if config.shared_layers:
-            shared = make_block(0)
-            steps = max(config.n_layers, config.eval_steps or 0)
-            self.blocks = nn.ModuleList([shared, *(share_weights(shared) for _ in range(steps - 1))])
-        else:
-            self.blocks = nn.ModuleList(make_block(i) for i in range(config.n_layers))
-        self.halting = None if config.act == "none" else AdaptiveHalting(
-            config.d_model, config.act, config.act_threshold, config.act_loss_weight,
-            config.act_bias_init)
-        self.ln_f = _norm(config) if config.norm == "pre" else nn.Identity()
+        self.blocks = make_blocks(config, rotary)
+        self.halting = make_halting(config)
+        self.ln_f = _norm(config) if config.block.norm == "pre" else nn.Identity()
         self.final = HookPoint()
-        self.head = None if config.tie_embeddings else nn.Linear(config.d_model, vocab_size, bias=False)
-        apply_init(self, config.init, config.init_gamma, config.n_layers)
-        if config.init == "torch":
-            init_ndr_weights(self, config.ndr_init)
-        for block in self.blocks:
-            if isinstance(block, CopyGateBlock):
-                block.reset_gate_bias()
-        if self.halting is not None:
-            self.halting.reset_bias()
-        if config.embedding == "one_hot":
-            if config.d_model != vocab_size:
-                raise SglabError(
-                    f"model.embedding=one_hot needs model.d_model equal to the vocabulary size "
-                    f"({vocab_size}), got d_model={config.d_model}; set model.d_model={vocab_size}"
-                    + (" and model.n_heads to a divisor of it" if vocab_size % config.n_heads else "")
-                )
-            with torch.no_grad():
-                self.tok_emb.weight.copy_(torch.eye(vocab_size))
-            self.tok_emb.weight.requires_grad_(False)
-        if config.uniform_attention or config.identity_value:
-            if config.attention != "softmax" or config.shared_layers:
-                raise SglabError("uniform_attention / identity_value work with attention=softmax "
-                                 "and separate layers only")
-            for block in self.blocks:
-                block.attn.freeze(config.uniform_attention, config.identity_value)
-        self.output_bias = nn.Parameter(torch.zeros(vocab_size)) if config.output_bias else None
+        self.head = None if config.embedding.tied else nn.Linear(config.d_model, vocab_size,
+                                                                 bias=False)
+        init_weights(self, config)
+        self.output_bias = (nn.Parameter(torch.zeros(vocab_size)) if config.embedding.output_bias
+                            else None)
         self.aux_loss: torch.Tensor | None = None
         self.statistics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def steps(self) -> int:
         """Number of layers (steps) applied in the current mode."""
-        if self.training or not self.config.shared_layers:
+        if self.training or not self.config.block.shared:
             return self.config.n_layers
-        return self.config.eval_steps or self.config.n_layers
+        return self.config.block.eval_steps or self.config.n_layers
 
     def forward(self, input_ids: torch.Tensor,
                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -653,7 +480,7 @@ class Transformer(nn.Module):
         """Training FLOPs per token (forward + backward = 3x forward), PaLM appendix B style."""
         c = self.config
         matmul_params = c.n_layers * 4 * c.d_model**2 + self.tok_emb.weight.numel()  # + unembedding
-        # every feed-forward net of a block: its MLP (none with ffn=none) and, in copy-gated
+        # every feed-forward net of a block: its MLP (none with ffn kind none) and, in copy-gated
         # blocks, the gate's FFN (Eq. 5.4)
         ffn = sum(m.forward_flops_per_token() for b in self.blocks[: c.n_layers]
                   for m in (getattr(b, "mlp", None), getattr(b, "gate_ffn", None))

@@ -52,12 +52,9 @@ def sweep_report(spec, configs, summaries: list[dict], out_dir: Path,
     keys = list(spec.grid)
     rows = []
     for config, summary in zip(configs, summaries):
-        data = config.to_dict()
         cell = []
-        for key in keys:
-            node = data
-            for part in key.split("."):
-                node = node[part]
+        for key in keys:  # a grid key may name a setting the old way (model.pos_encoding)
+            node = config.value_at(key)
             cell.append(json.dumps(node) if isinstance(node, list) else node)
         final = summary.get("final") or {}
         target = config.target_metric()

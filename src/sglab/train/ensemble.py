@@ -56,7 +56,7 @@ from sglab.train.schedule import RunProgress, run_schedule
 MEMBER_FIELDS = (
     ("seed",), ("task", "data_seed"), ("train", "lr"), ("train", "min_lr"),
     ("train", "weight_decay"), ("train", "steps"), ("train", "warmup_steps"),
-    ("model", "init_gamma"),
+    ("model", "init", "gamma"),
     ("train", "early_stop_threshold"), ("train", "target_threshold"),
 )
 
@@ -65,17 +65,17 @@ def ensemble_key(config: RunConfig) -> str | None:
     """Runs with equal keys can train together; None = this run cannot join an ensemble."""
     if config.model.name == "masked":  # mask samples draw from the global RNG per run
         return None
-    if getattr(config.model, "moe_impl", None) == "sorted" and config.model.ffn in (
-            "sigma_moe", "switch", "s_base"):  # data-dependent shapes: no vmap
-        return None
+    if getattr(getattr(config.model, "ffn", None), "impl", None) == "sorted":
+        return None  # a sorted MoE has data-dependent shapes: no vmap
     if config.model.name in ("lstm", "lstm_seq2seq"):  # nn.LSTM draws its own dropout
         return None  # masks, and aten::lstm has no vmap batching rule (torch 2.13)
     data = config.to_dict()
     for path in MEMBER_FIELDS:
         section = data
         for key in path[:-1]:
-            section = section.get(key, {})
-        section.pop(path[-1], None)
+            section = section.get(key, {}) if isinstance(section, dict) else {}
+        if isinstance(section, dict):  # another model's field of that name is no section
+            section.pop(path[-1], None)
     return json.dumps(data, sort_keys=True)
 
 

@@ -82,7 +82,7 @@ class InitScale(Experiment):
                 for lr in params["lrs"]:
                     arms += [Arm({"group": "phase", "depth": str(depth), "gamma": f"{gamma:g}",
                                   "lr": f"{lr:g}"}, params["base"],
-                                 {"model.n_layers": depth, "model.init_gamma": gamma,
+                                 {"model.n_layers": depth, "model.init.gamma": gamma,
                                   "train.lr": lr}, seed) for seed in params["seeds"]]
         study = params["lr_wd"]
         if study:
@@ -92,7 +92,7 @@ class InitScale(Experiment):
                                   "gamma": f"{study['gamma']:g}", "lr": f"{lr:g}",
                                   "weight_decay": f"{decay:g}"}, params["base"],
                                  {"model.n_layers": study["depth"],
-                                  "model.init_gamma": study["gamma"], "train.lr": lr,
+                                  "model.init.gamma": study["gamma"], "train.lr": lr,
                                   "train.weight_decay": decay,
                                   "task.seen_non_inferential": False}, seed)
                              for seed in study["seeds"]]
@@ -263,7 +263,7 @@ def measure(run: FinishedRun, probe_points: int) -> dict[str, Any]:
     probe = probe_unseen_input(run.config.task.seq_len)
     first_layer = probe_attention(attention_maps(model, probe), probe_key_position(probe))[0]
     record = {"run": run, "depth": run.config.model.n_layers,
-              "gamma": run.config.model.init_gamma, "lr": run.config.train.lr, "seed": run.seed,
+              "gamma": run.config.model.init.gamma, "lr": run.config.train.lr, "seed": run.seed,
               "test": run.final["iid_test/exact_match"],
               "inferential": run.final["unseen/inferential"],
               "symmetric": run.final["unseen/symmetric"],

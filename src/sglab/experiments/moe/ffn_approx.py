@@ -34,13 +34,13 @@ def param_matched_subkeys(d_ff: int, heads: int) -> int:
 
 def variants(d_ff: int, pkm_top_k: int, heads: int = 4) -> dict[str, dict[str, Any]]:
     def pkm(n_sub: int, activation: str) -> dict[str, Any]:
-        return {"model.ffn": "pkm", "model.pkm_subkeys": n_sub, "model.pkm_heads": heads,
-                "model.pkm_top_k": pkm_top_k, "model.pkm_activation": activation}
+        return {"model.ffn": {"kind": "pkm", "subkeys": n_sub, "heads": heads,
+                              "top_k": pkm_top_k, "score_activation": activation}}
 
-    dense = {"model.d_ff": d_ff}
+    dense = {"model.ffn.d_ff": d_ff}
     out = {"dense": dense}
     for div, name in TOP_K.items():
-        out[name] = {**dense, "model.ffn": "topk", "model.ffn_top_k": d_ff // div}
+        out[name] = {**dense, "model.ffn.kind": "topk", "model.ffn.top_k": d_ff // div}
     values = math.isqrt(d_ff)
     out["PKM ReLU (value count)"] = pkm(values, "relu")
     out["PKM softmax (value count)"] = pkm(values, "softmax")
@@ -62,11 +62,9 @@ class FfnApprox(Experiment):
         table = variants(params["d_ff"], params["pkm_top_k"])
         arms = []
         for name, overrides in table.items():
-            base = params["base"]
-            if overrides.get("model.ffn") == "pkm":  # activation: pkm_activation
-                base = {**base, "model": {k: v for k, v in base["model"].items()
-                                          if k != "activation"}}
-            arms += [Arm({"variant": name}, base, overrides, seed) for seed in params["seeds"]]
+            # a PKM arm sets the whole ffn family (not the base's MLP activation)
+            arms += [Arm({"variant": name}, params["base"], overrides, seed)
+                     for seed in params["seeds"]]
         return arms
 
     def check_data(self, configs) -> None:

@@ -27,12 +27,13 @@ from sglab.tasks.text_corpora import require_corpus
 
 def sigma_moe(n_experts: int, size: int, k: int, reg: float = 1e-4, dropout: float = 0.0,
               **extra: Any) -> dict[str, Any]:
-    """Overrides of a sigma-MoE arm (Tab. F.3; E8: gamma 1e-4)."""
-    out = {"model.ffn": "sigma_moe", "model.moe_experts": n_experts,
-           "model.moe_expert_size": size, "model.moe_top_k": k, "model.moe_reg_weight": reg}
+    """Overrides of a sigma-MoE arm (Tab. F.3; E8: gamma 1e-4); ``extra``: more fields of
+    the ffn family (``selection``, ``init``)."""
+    out = {"model.ffn.kind": "sigma_moe", "model.ffn.experts": n_experts,
+           "model.ffn.expert_size": size, "model.ffn.top_k": k, "model.ffn.reg_weight": reg}
     if dropout:
-        out["model.expert_dropout"] = dropout
-    return {**out, **{f"model.{key}": value for key, value in extra.items()}}
+        out["model.ffn.expert_dropout"] = dropout
+    return {**out, **{f"model.ffn.{key}": value for key, value in extra.items()}}
 
 
 def metric(runs: RunSet | FinishedRun, split: str = "iid_test") -> str:
@@ -130,9 +131,9 @@ class MoeLM(Experiment):
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         n, g, k = params["experts"], params["expert_size"], params["top_k"]
         twin = params["twin_d_ff"] or param_matched_d_ff(n, g)
-        variants = {"dense (param-matched)": {"model.d_ff": twin},
+        variants = {"dense (param-matched)": {"model.ffn.d_ff": twin},
                     "sigma-MoE": sigma_moe(n, g, k, dropout=params["dropout"]),
-                    "dense (FLOP-matched)": {"model.d_ff": k * g}}
+                    "dense (FLOP-matched)": {"model.ffn.d_ff": k * g}}
         return [Arm({"model": name}, params["base"], overrides, seed)
                 for name, overrides in variants.items() for seed in params["seeds"]]
 

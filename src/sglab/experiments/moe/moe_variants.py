@@ -31,25 +31,25 @@ from sglab.models.ffn import param_matched_d_ff
 
 
 def variants(n: int, g: int, k: int) -> dict[str, dict[str, Any]]:
-    switch = {"model.ffn": "switch", "model.moe_experts": n, "model.moe_expert_size": g,
-              "model.moe_top_k": 1, "model.moe_reg_weight": 0.01}
-    s_base = {**sigma_moe(n, g, k), "model.ffn": "s_base"}
+    switch = {"model.ffn.kind": "switch", "model.ffn.experts": n, "model.ffn.expert_size": g,
+              "model.ffn.top_k": 1, "model.ffn.reg_weight": 0.01}
+    s_base = {**sigma_moe(n, g, k), "model.ffn.kind": "s_base"}
     return {
-        "dense": {"model.d_ff": param_matched_d_ff(n, g)},
+        "dense": {"model.ffn.d_ff": param_matched_d_ff(n, g)},
         "sigma-MoE": sigma_moe(n, g, k),
-        "softmax (after top-k)": sigma_moe(n, g, k, moe_selection="softmax_after"),
-        "softmax (before top-k)": sigma_moe(n, g, k, moe_selection="softmax_before"),
-        "standard init": sigma_moe(n, g, k, moe_init="standard"),
+        "softmax (after top-k)": sigma_moe(n, g, k, selection="softmax_after"),
+        "softmax (before top-k)": sigma_moe(n, g, k, selection="softmax_before"),
+        "standard init": sigma_moe(n, g, k, init="standard"),
         "no reg": sigma_moe(n, g, k, reg=0.0),
         "K=1": sigma_moe(n, g, 1),
         "Switch (K=1)": switch,
         f"S-BASE (K={k})": s_base,
-        "S-BASE (K=1)": {**s_base, "model.moe_top_k": 1},
+        "S-BASE (K=1)": {**s_base, "model.ffn.top_k": 1},
         "sigma-MoE, 4x experts": sigma_moe(4 * n, g, k),
-        "dense twin of 4x experts": {"model.d_ff": param_matched_d_ff(4 * n, g)},
+        "dense twin of 4x experts": {"model.ffn.d_ff": param_matched_d_ff(4 * n, g)},
         # Fig. 7.3's collapse shows with many experts (WT-S*: 128)
-        "Switch, 4x experts": {**switch, "model.moe_experts": 4 * n},
-        "softmax (after top-k), 4x experts": sigma_moe(4 * n, g, k, moe_selection="softmax_after"),
+        "Switch, 4x experts": {**switch, "model.ffn.experts": 4 * n},
+        "softmax (after top-k), 4x experts": sigma_moe(4 * n, g, k, selection="softmax_after"),
     }
 
 

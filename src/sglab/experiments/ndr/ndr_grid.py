@@ -156,7 +156,7 @@ def ndr_arms(params: dict[str, Any], condition_label: str) -> list[Arm]:
             overrides["train.steps"] = steps_here
         if key.startswith("ndr@"):
             steps = int(key.split("@")[1])
-            overrides.update({"model.n_layers": steps, "model.eval_steps": steps})
+            overrides.update({"model.n_layers": steps, "model.block.eval_steps": steps})
             if train_steps:
                 overrides["train.steps"] = train_steps
         labels = {"variant": key, "model": model_label(key), condition_label: condition}

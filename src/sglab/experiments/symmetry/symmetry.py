@@ -63,12 +63,12 @@ class Symmetry(Experiment):
                 for seed in params["seeds"]:
                     arms.append(Arm({"pe": pe, "attention": "causal",
                                      "removed": removed_label(ablation)}, params["base"],
-                                    {"model.pos_encoding": pos,
-                                     "model.residual_ablation": list(ablation)}, seed))
+                                    {"model.positions.kind": pos,
+                                     "model.block.residual_ablation": list(ablation)}, seed))
         for seed in params["seeds"]:
             arms.append(Arm({"pe": "NoPE", "attention": "bidirectional", "removed": "{}"},
                             params["base"],
-                            {"model.pos_encoding": "none",
+                            {"model.positions.kind": "none",
                              "model.attention_mask": "bidirectional",
                              "task.loss_on": "answer",  # one example per row, prefix passes
                              "train.steps": params["bidirectional_steps"]}, seed))

@@ -132,12 +132,14 @@ class Topics(Experiment):
         return {
             "task": dict(params["task"]),
             "model": {"name": "transformer", "n_layers": 1, "n_heads": 1,
-                      "d_model": self._vocab_size(params), "ffn": "none", "norm": "none",
-                      "residual_ablation": [0], "pos_encoding": "none",
-                      "attention_mask": "bidirectional", "embedding": "one_hot",
-                      "attention_out_projection": False, "output_bias": True,
-                      "tie_embeddings": True, "dropout": 0.0, "bias": False,
-                      "init": "gamma", "init_gamma": params["init_gamma"]},
+                      "d_model": self._vocab_size(params), "attention_mask": "bidirectional",
+                      "dropout": 0.0, "bias": False,
+                      "embedding": {"kind": "one_hot", "tied": True, "output_bias": True},
+                      "positions": {"kind": "none"},
+                      "attention": {"kind": "softmax", "out_projection": False},
+                      "ffn": {"kind": "none"},
+                      "block": {"kind": "plain", "norm": "none", "residual_ablation": [0]},
+                      "init": {"kind": "gamma", "gamma": params["init_gamma"]}},
             "train": {"steps": steps, "batch_size": params["batch_size"], "lr": lr,
                       "optimizer": optimizer, "lr_schedule": "constant", "warmup_steps": 0,
                       "weight_decay": 0.0, "grad_clip": None, "loss": loss,
@@ -162,18 +164,21 @@ class Topics(Experiment):
             arms += [Arm(labels, base, seed=seed) for seed in seeds]
         steps = params["embedding_steps"]
         base = self._base(params, steps, "adamw", 0.01, "cross_entropy", max(steps // 10, 1))
-        base["model"].update(embedding="learned", d_model=params["embedding_dim"])
+        base["model"].update(embedding={**base["model"]["embedding"], "kind": "learned"},
+                             d_model=params["embedding_dim"])
         arms += [Arm({"family": "embedding", "optimizer": "Adam 0.01"}, base, seed=seed)
                  for seed in seeds]
         steps, length = params["theory_steps"], params["theory_length"]
         base = self._base(params, steps, "adamw", 0.003, "squared", max(steps // 10, 1))
         base["task"].update(min_length=length, max_length=length, **params["theory_task"])
         base["train"].update(lr_schedule="cosine", min_lr=3e-5)
-        base["model"].update(uniform_attention=True)
+        base["model"]["attention"] = {**base["model"]["attention"], "uniform": True}
         arms += [Arm({"family": "theory-value", "optimizer": "Adam 0.003"}, base, seed=seed)
                  for seed in seeds]
-        base = {**base, "model": {**base["model"], "identity_value": True,
-                                  "embedding": "learned", "d_model": params["embedding_dim"]},
+        base = {**base, "model": {**base["model"], "d_model": params["embedding_dim"],
+                                  "attention": {**base["model"]["attention"],
+                                                "identity_value": True},
+                                  "embedding": {**base["model"]["embedding"], "kind": "learned"}},
                 "train": {**base["train"], "weight_norms": []}}
         arms += [Arm({"family": "theory-embedding", "optimizer": "Adam 0.003"}, base, seed=seed)
                  for seed in seeds]
