@@ -260,7 +260,7 @@ def test_a_lone_run_logs_evaluates_checkpoints_and_finishes_on_schedule(tmp_path
         ("train", 2, 4.0), ("train", 4, 1.0), ("train", 6, 1.5)]
     assert [r["lr"] for r in records] == pytest.approx([lrs[1], lrs[3], lrs[5]])
     assert all(r["seconds"] >= 0 for r in records) and run.metric_lines == 3
-    assert run.metrics_file.closed
+    assert run.log.file.closed
     assert len(lines) == 3
     assert lines[0].startswith("[a] step 2/6 loss 4.0000 lr 1.00e+00 | ")
     assert lines[2].startswith("[a] step 6/6 loss 1.5000 lr ")
@@ -315,7 +315,7 @@ def test_a_non_finite_loss_fails_the_run_at_its_step_on_a_cpu(tmp_path):
     assert run.trainer.events == [("fail", 3)]
     assert stepper.removed[0] == [0]
     assert summaries["b"]["status"] == "finished" and summaries["b"]["step"] == 10
-    assert run.metrics_file.closed
+    assert run.log.file.closed
 
 
 def test_off_the_cpu_the_loss_is_checked_when_the_run_logs(tmp_path):
@@ -394,7 +394,7 @@ def test_ctrl_c_stops_after_the_step_with_every_run_checkpointed(tmp_path):
     assert lines[1].startswith("[ensemble x2] step 2/10 mean loss 1.0000")
     for run in runs:
         assert run.trainer.events == [("save", 2), ("interrupted", 2)]
-        assert run.metrics_file.closed
+        assert run.log.file.closed
     assert stepper.synced == [("a", 2), ("b", 2)]
 
 
@@ -493,7 +493,7 @@ def test_a_fresh_run_progress_starts_empty_on_its_device(tmp_path):
     assert run.norm_names == ["w"] and run.cfg is trainer.config.train and run.run_id == "a"
     assert (run.step, run.elapsed, run.metric_lines, run.best, run.target) == (0, 0.0, 0, None,
                                                                                 None)
-    assert run.base == {} and run.lr == 0.0 and run.metrics_file is None
+    assert run.base == {} and run.lr == 0.0 and run.log is None
     assert (run.window_steps, run.window_tokens, run.train_tokens) == (0, 0, 0)
     assert run.window_loss.device.type == "meta" and run.window_loss.shape == ()
     run.restored({"step": 1, "elapsed": 0.0,

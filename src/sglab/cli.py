@@ -59,8 +59,16 @@ def _version(value: bool) -> None:
 def _options(version: Annotated[bool, typer.Option(
         "--version", callback=_version, is_eager=True,
         help="Print sglab's version and the hash of its source (and git commit), and exit.")]
+        = False,
+        tensorboard: Annotated[bool, typer.Option(
+            "--tensorboard", help="Runs also write TensorBoard event files to "
+            "<run>/tensorboard/ (needs sglab[tensorboard]; the same as SGLAB_TENSORBOARD=1).")]
         = False) -> None:
-    pass
+    from sglab.train.run_log import ENV, tensorboard_on
+
+    if tensorboard:
+        os.environ[ENV] = "1"  # inherited by the workers a sweep starts
+    tensorboard_on()  # a bad $SGLAB_TENSORBOARD is refused before anything runs
 
 
 def _check_out_dir(out: Path, option: str = "--out") -> None:

@@ -25,6 +25,7 @@ from sglab.errors import SglabError
 from sglab.store import RunStore
 from sglab.sweep.jobs import describe_jobs, executions, plan_jobs, run_job, summary_line, sweep_run_ids
 from sglab.sweep.progress import PROGRESS_SECONDS, progress_line
+from sglab.train.run_log import ENV as TENSORBOARD_ENV
 
 
 def import_ray():
@@ -124,8 +125,11 @@ def ray_session(address: str | None = None, log_to_driver: bool = False) -> Iter
     if target:
         check_reachable(target)
     try:
+        # the run-log switch reaches the workers of a cluster as it reaches pool workers
+        shared = {name: os.environ[name] for name in (TENSORBOARD_ENV,) if name in os.environ}
         ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
-                 configure_logging=False)
+                 configure_logging=False,
+                 runtime_env={"env_vars": shared} if shared else None)
     except (ConnectionError, TimeoutError, ValueError) as exc:
         text = " ".join(str(exc).split())[:300]
         raise SglabError(f"cannot connect to Ray at {target or 'a local instance'!r}: {text}; "

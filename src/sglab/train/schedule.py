@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from sglab.errors import TrainingInterrupted
-from sglab.io import json_line
+from sglab.train.run_log import RunLog
 
 if TYPE_CHECKING:  # only for type hints: loop.py imports this module
     from sglab.train.loop import Trainer
@@ -61,7 +61,7 @@ class RunProgress:
         self.target: dict | None = None
         self.launched = time.perf_counter()
         self.base: dict = {}
-        self.metrics_file = None
+        self.log: RunLog | None = None  # open while the run trains
         self.lr = 0.0
         self.window_loss = torch.zeros((), device=device)
         self.window_steps = 0
@@ -70,8 +70,7 @@ class RunProgress:
 
     def write_record(self, record: dict) -> None:
         """Append one line to metrics.jsonl (counted, so a resume can cut back to it)."""
-        self.metrics_file.write(json_line(record) + "\n")
-        self.metrics_file.flush()
+        self.log.write(record)
         self.metric_lines += 1
 
     def loss_problem(self, checked_every_step: bool) -> str | None:
@@ -191,11 +190,11 @@ class _Schedule:
     def run(self) -> dict[str, dict]:
         self._leave([k for k, run in enumerate(self.active) if run.step >= run.cfg.steps],
                     lambda k, run: self._finish(run, stopped_early=False))  # summary not yet written
-        for run in self.active:
-            run.metrics_file = run.trainer.metrics_path.open("a")
-            if run.step == 0 and 0 in run.cfg.snapshot_steps:
-                run.trainer.snapshot(run.model, 0)
         try:
+            for run in self.active:
+                run.log = RunLog(run.trainer.metrics_path, run.step)
+                if run.step == 0 and 0 in run.cfg.snapshot_steps:
+                    run.trainer.snapshot(run.model, 0)
             with _stop_on_ctrl_c(self.print) as interrupted:
                 while self.active:
                     self._step()
@@ -203,7 +202,8 @@ class _Schedule:
                         self._checkpoint_and_stop()
         finally:
             for run in self.active:
-                run.metrics_file.close()
+                if run.log is not None:
+                    run.log.close()
         return self.finished
 
     def _leave(self, indices: list[int], then: Callable[[int, RunProgress], None]) -> None:
@@ -212,8 +212,8 @@ class _Schedule:
         if not indices:
             return
         for k in indices:
-            if self.active[k].metrics_file is not None:
-                self.active[k].metrics_file.close()
+            if self.active[k].log is not None:
+                self.active[k].log.close()
             then(k, self.active[k])
         self.active = [run for k, run in enumerate(self.active) if k not in indices]
         self.stepper.remove(indices)
