@@ -239,3 +239,23 @@ def test_a_flat_model_needs_no_torch_state_to_validate():
     state = torch.random.get_rng_state()
     TransformerConfig.model_validate(OLD_STYLE)
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_embedding_dropout_overrides_the_models_dropout_on_the_embedded_tokens_only():
+    """The thesis code's gated and geometric models drop no embedding units (their
+    positional function is the identity) while dropping 0.5 inside the layers."""
+    from sglab.models import build_model
+
+    base = ["model.dropout=0.5", "model.d_model=16", "model.n_heads=2", "model.n_layers=2"]
+    default = build_run_config({}, base)
+    off = build_run_config({}, [*base, "model.embedding.dropout=0"])
+    assert off.model.embedding.dropout == 0 and default.model.embedding.dropout is None
+    assert off.run_id() != default.run_id()
+    assert build_run_config({}, [*base, "model.embedding_dropout=0"]).run_id() == off.run_id()
+    model = build_model(off.model, vocab_size=12, max_len=8)
+    model.train()
+    x = model.drop(torch.ones(4, 8, 16))
+    assert torch.equal(x, torch.ones(4, 8, 16))  # kept whole, not rescaled
+    layer_drops = [m.p for name, m in model.named_modules()
+                   if isinstance(m, torch.nn.Dropout) and name != "drop"]
+    assert layer_drops and set(layer_drops) == {0.5}

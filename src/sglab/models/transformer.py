@@ -401,7 +401,8 @@ class Transformer(nn.Module):
         self.tok_emb = make_embedding(config, vocab_size)
         self.positions, rotary = make_positions(config, max_len)
         self.embed = HookPoint()
-        self.drop = Dropout(config.dropout)
+        embedding_dropout = config.embedding.dropout
+        self.drop = Dropout(config.dropout if embedding_dropout is None else embedding_dropout)
         self.blocks = make_blocks(config, rotary)
         self.halting = make_halting(config)
         self.ln_f = _norm(config) if config.block.norm == "pre" else nn.Identity()

@@ -9,7 +9,7 @@
       dropout: 0.0           # embeddings, residual branches, softmax attention weights
       bias: false            # biases of linear layers and LayerNorms
       readout: none          # none | first | last (sequence classification)
-      embedding: {kind: learned, tied: true, output_bias: false}  # learned | one_hot
+      embedding: {kind: learned, tied: true, output_bias: false, dropout: null}
       positions: {kind: learned, max_len: null}  # learned | sinusoidal | none | rotary | relative
       attention: {kind: softmax, out_projection: true}  # softmax | geometric | abs_rel_gated
       ffn: {kind: dense, d_ff: null, activation: gelu}
@@ -84,6 +84,9 @@ class EmbeddingConfig(TransformerFamily):
     family_name: ClassVar[str] = "embedding"
     tied: bool = Field(True, description="Logits from W_E^T (false: an output layer of its own).")
     output_bias: bool = Field(False, description="A trainable bias b added to the output logits.")
+    dropout: float | None = Field(
+        None, ge=0, lt=1, description="Dropout on the embedded tokens (with their positions); "
+        "null: the model's dropout. The thesis code's gated and geometric models have none.")
 
 
 class LearnedEmbedding(EmbeddingConfig):

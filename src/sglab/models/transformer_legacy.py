@@ -68,6 +68,7 @@ class LegacyTransformerFields(StrictModel):
     moe_reg_weight: float = Field(0.001, ge=0)
     switch_loss_scale: Literal["equation", "code"] = "equation"
     embedding: Literal["learned", "one_hot"] = "learned"
+    embedding_dropout: float | None = Field(None, ge=0, lt=1)
     uniform_attention: bool = False
     identity_value: bool = False
     attention_out_projection: bool = True
@@ -109,7 +110,8 @@ _MOE = {"experts": "moe_experts", "expert_size": "moe_expert_size", "top_k": "mo
 _HALTING = {"threshold": "act_threshold", "loss_weight": "act_loss_weight",
             "bias_init": "act_bias_init"}
 _BLOCK = {"norm": "norm", "shared": "shared_layers", "eval_steps": "eval_steps"}
-_EMBEDDING = {"tied": "tie_embeddings", "output_bias": "output_bias"}
+_EMBEDDING = {"tied": "tie_embeddings", "output_bias": "output_bias",
+              "dropout": "embedding_dropout"}
 
 #: family -> kind -> {its field: the flat field it was}. Kinds in the order of the old
 #: switch's values (messages list them so).
