@@ -306,3 +306,25 @@ def test_staged_same_seed_same_data():
         assert torch.equal(a.splits[name].tokens, b.splits[name].tokens)
     assert a.symbol_sets == b.symbol_sets
     assert not torch.equal(a.splits["train"].tokens, c.splits["train"].tokens)
+
+
+@pytest.mark.parametrize("variant", ["A", "R"])
+def test_pairs_add_every_training_pair_but_the_iid_test_ones(variant):
+    """The authors' code trains 'A' and 'R' on its fixed set plus its `pairs` split: every
+    length-2 sequence of the training graph (fit.train_on_pairs)."""
+    base = make(variant=variant, singles=False, train_size=20_000)
+    task = make(variant=variant, singles=False, train_size=20_000, pairs=True)
+    population = task.population(2)
+    train = sequences(task, task.splits["train"])
+    assert len(train) == 20_000 + population - len(task.held_out[2])
+    assert torch.equal(task.splits["train"].tokens[:20_000, :5],
+                       base.splits["train"].tokens[:20_000, :5])
+    pairs = {(tuple(f), s) for f, s, _ in train if len(f) == 2}
+    held = {(tuple(f), s) for f, s, _ in sequences(task, task.splits["iid_test"]) if len(f) == 2}
+    assert len(held) == len(task.held_out[2]) and not pairs & held
+    assert len(pairs) + len(held) == population  # every pair of the training graph
+    assert all(trains_on(variant, list(f)) for f, _ in pairs)
+    for name in ("iid_test", "ood_test"):
+        assert torch.equal(task.splits[name].tokens, base.splits[name].tokens)
+    with pytest.raises(SglabError, match="pairs"):
+        make(variant=variant, lengths="uniform", pairs=True)

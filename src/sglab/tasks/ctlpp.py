@@ -92,8 +92,12 @@ class CTLPPConfig(ClassificationTaskConfig):
     singles: bool = Field(True, description="'A', 'R': train on the 256 single applications "
                                             "(thesis Sec. 6.2); false: compositions of 2 or "
                                             "more functions only (the authors' code).")
+    pairs: bool = Field(False, description="'A', 'R' with lengths thesis: also train on every "
+                                           "length-2 sequence of the training graph but the "
+                                           "IID-test ones, on top of train_size (the authors' "
+                                           "code: its `pairs` split, fit.train_on_pairs).")
     train_size: int = Field(300_000, ge=256, description="Fixed training set (with singles: "
-                                                         "the 256 included).")
+                                                         "the 256 included; pairs come on top).")
     max_fraction: float = Field(0.5, gt=0, le=1, description="At most this fraction of a "
                                                                "length's distinct sequences trains.")
     iid_test_size: int = Field(1000, ge=1)
@@ -106,7 +110,10 @@ class CTLPPConfig(ClassificationTaskConfig):
             raise ValueError("train_size above 5,000,000 is not supported")
         staged = (self.variant == "S", "variant=S")
         check_switches(self, {"shared_functions": staged, "shared_symbols": staged,
-                              "singles": (self.variant != "S", "variant=A or variant=R")})
+                              "singles": (self.variant != "S", "variant=A or variant=R"),
+                              "pairs": (self.variant != "S" and self.lengths == "thesis",
+                                        "variant=A or variant=R, and lengths=thesis ('S' "
+                                        "always trains its pairs)")})
         if self.variant == "S":  # check the groups and symbol sets before building anything
             staged_groups(N_FUNCTIONS, self.shared_functions)
             shared_symbol_sets(self.shared_functions, self.shared_symbols, N_SYMBOLS,
@@ -169,12 +176,17 @@ class CTLPPTask(SequenceClassificationTask):
                 _distinct_ints(rng, population, held)
             iid.append(self.decode("train", length, codes))
             self.held_out[length] = np.sort(sequence_codes(*iid[-1], N_FUNCTIONS, N_SYMBOLS))
+            if length == 2:
+                held_pairs = codes
             wanted = n_train[k] + carry // (len(compositions) - k)
             n = min(wanted, int(population * cfg.max_fraction), population - held)
             carry += n_train[k] - n
             codes = _distinct_ints(rng, population, n, exclude=np.sort(codes))
             train.append(self.decode("train", length, codes))
             ood.append(self.decode("ood", length, _distinct_ints(rng, population, n_ood[k])))
+        if cfg.pairs:  # every pair but the held-out ones, again (some are in the set already)
+            every = np.setdiff1d(np.arange(self.population(2)), held_pairs)
+            train.append(self.decode("train", 2, every))
         splits = {"train": self.encode(train), "iid_test": self.encode(iid),
                   "ood_test": self.encode(ood)}
         return vocab, splits
