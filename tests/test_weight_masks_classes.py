@@ -236,3 +236,34 @@ def test_class_removal_claims_on_constructed_measures(seeds, expected):
     if drops.verdict != Verdict.NOT_MEASURED:
         assert len(drops.values["removed-class drop"]["seeds"]) == len(seeds)
         assert len(drops.values["removed-class drop per class"]) == len(params["removed"])
+
+
+def test_mask_norms_masks_layernorm_gains_and_biases_but_not_other_biases():
+    """The authors' masked LayerNorm names its parameters gamma/beta, so their `bias_no_mask`
+    filter leaves them masked: a zero mask on a gain removes that channel after the norm."""
+    from sglab.models import build_model
+
+    config = build_run_config({}, ["model.d_model=8", "model.n_heads=2", "model.n_layers=1",
+                                   "model.bias=true"]).model
+    torch.manual_seed(0)
+    base = build_model(config, 10, 6)
+    plain = MaskedModel(MaskedConfig(base_run="unused"), base).masked_names
+    norms = MaskedModel(MaskedConfig(base_run="unused", mask_norms=True), base)
+    norm_names = {n for m, module in base.named_modules() if isinstance(module, torch.nn.LayerNorm)
+                  for n in (f"{m}.weight", f"{m}.bias")}
+    assert norm_names and not norm_names & set(plain)
+    assert set(norms.masked_names) == set(plain) | norm_names
+    assert not any(n.endswith(".bias") and n not in norm_names for n in norms.masked_names)
+    ln = next(m for m in base.modules() if isinstance(m, torch.nn.LayerNorm))
+    name = next(n for n in norm_names if base.get_submodule(n.rsplit(".", 1)[0]) is ln
+                and n.endswith("weight"))
+    masks = {n: torch.ones_like(m) for n, m in norms.final_masks().items()}
+    masks[name][3] = 0
+    seen = []
+    handle = ln.register_forward_hook(lambda module, args, out: seen.append(out))
+    with norms.use_masks(masks):
+        norms.eval()(torch.randint(0, 10, (2, 6)))
+    handle.remove()
+    out = seen[0].detach()
+    assert torch.all(out[..., 3] == ln.bias[3])  # the gain's mask removed the channel: bias only
+    assert out[..., 2].std() > 0

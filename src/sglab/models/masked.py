@@ -66,6 +66,9 @@ class MaskedConfig(ModelConfig):
     beta: float = Field(1e-4, ge=0, description="Penalty strength: beta/batch * sum of logits.")
     temperature: float = Field(1.0, gt=0, description="Gumbel-sigmoid tau (scales gradients only).")
     mask_biases: bool = Field(False, description="Mask 1-D parameters (biases) too.")
+    mask_norms: bool = Field(False, description="Mask LayerNorm gains and biases too (the "
+                                                "authors' code masks them: its LayerNorm "
+                                                "parameters are not named bias).")
     exclude: list[str] = Field(default_factory=list,
                                description="Shell patterns of parameter names left unmasked "
                                            "(embedding tables never are masked).")
@@ -240,8 +243,11 @@ class MaskedModel(nn.Module):
         self.__dict__["base"] = base  # outside the module tree: not trained, not saved
         embeddings = {f"{m}.{n}" if m else n for m, module in base.named_modules()
                       if isinstance(module, nn.Embedding) for n, _ in module.named_parameters()}
+        norms = {f"{m}.{n}" if m else n for m, module in base.named_modules()
+                 if isinstance(module, nn.LayerNorm) for n, _ in module.named_parameters()}
         names = [n for n, p in base.named_parameters()
-                 if (config.mask_biases or p.dim() >= 2) and n not in embeddings]
+                 if (config.mask_biases or p.dim() >= 2 or (config.mask_norms and n in norms))
+                 and n not in embeddings]
         for pattern in config.exclude:
             if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in base.named_parameters()):
                 raise SglabError(f"model.exclude: no parameter of the base run matches "

@@ -65,6 +65,8 @@ class MathParams(ExperimentParams):
     # the masks' train.loss_reduction (row_sum: the authors' code's loss, summed over an
     # answer's tokens, against which the thesis's beta is set)
     mask_loss: Literal["token_mean", "row_sum"] = "token_mean"
+    # mask the nets' LayerNorm gains and biases too, as the authors' code does
+    mask_norms: bool = False
     base_min: float  # hard-test exact match of the unmasked nets from which claims are judged
 
 
@@ -102,7 +104,8 @@ class MathMasks(Experiment):
         return [Arm({"role": "mask", "mask": mask},
                     {"task": self.task(params, difficulty),
                      "model": {"name": "masked", "base_run": base.run_id,
-                               "beta": params["beta"], "mask_samples": params["mask_samples"]},
+                               "beta": params["beta"], "mask_samples": params["mask_samples"],
+                               "mask_norms": params["mask_norms"]},
                      "train": train}, seed=base.seed)
                 for base in bases for mask, difficulty in MASKS.items()]
 

@@ -94,6 +94,8 @@ class ScanParams(ExperimentParams):
     # example's target tokens), the loss against which the thesis's beta is set; on
     # token_mean the same beta weighs the mean target length (15.4 tokens on simple) more
     mask_loss: Literal["token_mean", "row_sum"] = "token_mean"
+    # mask the nets' LayerNorm gains and biases too, as the authors' code does
+    mask_norms: bool = False
     length_groups: int  # the nets' batches grouped by length into this many groups
 
     @field_validator("splits")
@@ -177,7 +179,8 @@ class ScanMasks(Experiment):
         return [Arm({"role": "mask", "split": split},
                     {"task": {"name": "scan", "split": split},
                      "model": {"name": "masked", "base_run": base.run_id,
-                               "beta": network(params)[1]},
+                               "beta": network(params)[1],
+                               "mask_norms": params["mask_norms"]},
                      "train": train}, seed=base.seed)
                 for base in bases for split in params["splits"]]
 
