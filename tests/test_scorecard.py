@@ -43,12 +43,12 @@ def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
     assert [r.preset for r in found["ndr-ctl"]] == ["default", "paper"]
     text = render_markdown(found, ["ndr-ctl", "symmetry", "topics"])
     assert "1 REPRODUCES, 0 QUALITATIVE, 1 FAILS, 0 NOT MEASURED" in text  # default only
-    assert "| ndr-ctl | default | 2026-12-05 | 2 | 2 / 4 | 1.5 h | 1 reproduce, 1 fail |" in text
+    assert "| ndr-ctl | default | 2026-12-05 | 2 | 2 / 4 | 1.5 h | 1 reproduces, 1 fails |" in text
     assert "| symmetry | - | - | - | - | - | no judged result committed |" in text
     assert "| topics | - | - | - | - | - | no judged result committed |" in text
     assert ("| ndr-ctl (default) | `b` | 001_76659a6d281e669d.txt, Table 5.1 | "
             "NDR 1 ± 0 (n=5) | NDR 0.14 ± 0.01 (n=2) | **FAILS** |") in text
-    assert experiment_summaries(found) == {"ndr-ctl": "1 reproduce, 1 fail"}
+    assert experiment_summaries(found) == {"ndr-ctl": "1 reproduces, 1 fails"}
     page = render_html(found, ["ndr-ctl", "symmetry"])
     assert page.count("<span title=") == 3 and "FAILS: 1" in page
     assert render_markdown(collect(tmp_path), ["ndr-ctl", "symmetry", "topics"]) == text

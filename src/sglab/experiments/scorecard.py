@@ -77,10 +77,11 @@ def collect(results_dir: Path) -> dict[str, list[ExperimentResult]]:
 
 
 def short_summary(counts: dict[str, int]) -> str:
-    """``3 reproduce, 1 qualitative, 2 fail`` (verdicts with no claim left out)."""
-    words = {"REPRODUCES": "reproduce", "QUALITATIVE": "qualitative", "FAILS": "fail",
-             "NOT MEASURED": "not measured"}
-    parts = [f"{counts[v]} {words[v]}" for v in words if counts.get(v)]
+    """``3 reproduce, 1 qualitative, 1 fails`` (verdicts with no claim left out; a verb in
+    the singular after 1)."""
+    words = {"REPRODUCES": ("reproduces", "reproduce"), "QUALITATIVE": ("qualitative",) * 2,
+             "FAILS": ("fails", "fail"), "NOT MEASURED": ("not measured",) * 2}
+    parts = [f"{counts[v]} {words[v][counts[v] != 1]}" for v in words if counts.get(v)]
     return ", ".join(parts) or "no claims"
 
 
