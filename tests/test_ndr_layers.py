@@ -78,6 +78,50 @@ def test_geometric_attention_ignores_padding_and_has_directional_channels():
     assert pattern[0, :, 2, 3].min() > 0.99 and pattern[0, :, 2, :2].max() < 1e-3
 
 
+def test_geometric_logits_follow_eq_5_10_from_the_thesis_codes_start():
+    """z_ij = alpha q_i . k_j + beta (d_LR,i if j > i else d_RL,i) + gamma (Eqs. 5.9-5.10),
+    starting at alpha = 1/sqrt(d_head), beta = 1, gamma = 0; queries carry a bias, keys,
+    values and the output projection none."""
+    torch.manual_seed(0)
+    attention = GeometricAttention(8, 2).eval()
+    assert attention.alpha.item() == pytest.approx(0.5) and attention.beta.item() == 1.0
+    assert attention.gamma.item() == 0.0
+    assert attention.query.bias is not None and attention.direction.bias is not None
+    assert attention.key.bias is None and attention.value.bias is None
+    assert attention.out.bias is None
+    with torch.no_grad():
+        attention.alpha.fill_(0.4)
+        attention.beta.fill_(1.3)
+        attention.gamma.fill_(0.7)
+    x = torch.randn(2, 5, 8)
+    q = attention.query(x).view(2, 5, 2, 4)
+    k = attention.key(x).view(2, 5, 2, 4)
+    d = attention.direction(x).view(2, 5, 2, 2)  # [..., 0: left to right, 1: right to left, head]
+    expected = torch.empty(2, 2, 5, 5)
+    for b in range(2):
+        for h in range(2):
+            for i in range(5):
+                for j in range(5):
+                    direction = d[b, i, 0, h] if j >= i else d[b, i, 1, h]
+                    expected[b, h, i, j] = 0.4 * q[b, i, h] @ k[b, j, h] + 1.3 * direction + 0.7
+    assert torch.allclose(attention.logits(x), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_geometric_attention_normalizes_its_rows_only_when_asked(normalize):
+    torch.manual_seed(0)
+    attention = GeometricAttention(8, 2, normalize=normalize).eval()
+    x = torch.randn(1, 6, 8)
+    seen = []
+    attention.pattern.register_forward_hook(lambda module, args, out: seen.append(out))
+    attention(x)
+    sums = seen[0].sum(-1)
+    if normalize:
+        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
+    else:
+        assert (sums < 0.999).any() and (sums <= 1 + 1e-6).all()
+
+
 def _ndr(*overrides: str):
     config = build_run_config({"task": {"name": "ctl"}}, [*NDR, *overrides])
     torch.manual_seed(0)
