@@ -44,12 +44,20 @@ MODULES: dict[str, list[str]] = {
                       "tests/test_moe_routing_reference.py"],
     "models/ffn.py": ["tests/test_ffn_factory.py", "tests/test_moe_layers.py",
                       "tests/test_moe_routing_reference.py"],
-    "models/masked.py": ["tests/test_weight_masks.py", "tests/test_weight_mask_penalty.py"],
+    "models/masked.py": ["tests/test_weight_masks.py", "tests/test_weight_mask_penalty.py",
+                         "tests/test_weight_masks_classes.py", "tests/test_weight_masks_sanity.py",
+                         "tests/test_weight_masks_transfer.py"],
     "models/geometric.py": ["tests/test_ndr_layers.py"],
     "train/schedule.py": ["tests/test_schedule.py"],
     "train/ensemble.py": ["tests/test_ensemble.py", "tests/test_ensemble_dropout.py",
                           "tests/test_ensemble_member_masks.py"],
     "experiments/claims.py": ["tests/test_claims.py"],
+}
+# tests that cannot run on mutmut's trampolined copy of a module (torch.compile traces the
+# trampolines: the one-graph check fails whatever the mutant); they still run in the suite
+DESELECT: dict[str, list[str]] = {
+    "train/ensemble.py": [
+        "tests/test_ensemble_dropout.py::test_a_compiled_ensemble_traces_as_one_graph_and_equals_the_eager_one"],
 }
 QUICK_MODULE = "train/schedule.py"
 QUICK_MUTANTS = "x_learning_rate__mutmut_[1-6]"  # a handful (fnmatch on mutmut's names)
@@ -69,7 +77,8 @@ def prepare(workdir: Path, module: str, tests: list[str]) -> None:
     settings = {
         "source_paths": ["src"],
         "only_mutate": [f"src/sglab/{module}"],
-        "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider"],
+        "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider",
+                                *[arg for test in DESELECT.get(module, []) for arg in ("--deselect", test)]],
         "pytest_add_cli_args_test_selection": tests,
         "use_git_change_detection": False,
     }

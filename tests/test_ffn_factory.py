@@ -55,13 +55,21 @@ def test_topk_keeps_the_k_largest_units_of_each_token():
     topk, _ = _built("kind=topk", "d_ff=24", "top_k=5", "activation=relu")
     seen = []
     topk.hidden.register_forward_hook(lambda module, args, out: seen.append(out))
-    x = torch.randn(7, D)
+    x = torch.randn(2, 3, D)  # [batch, tokens, d]: fewer tokens than K, as at a short input
     topk(x)
     dense_u = torch.relu(topk.up(x))
     kept = seen[0] != 0
     assert (kept.sum(-1) <= 5).all()
-    kth = dense_u.topk(5, dim=-1).values[:, -1:]
+    kth = dense_u.topk(5, dim=-1).values[..., -1:]
     assert torch.equal(seen[0], torch.where(dense_u >= kth, dense_u, torch.zeros_like(dense_u)))
+
+
+@pytest.mark.parametrize("kind", ["dense", "pkm", "sigma_moe"])
+def test_every_kind_takes_the_models_dropout(kind):
+    settings = {"dense": [], "pkm": ["subkeys=4"],
+                "sigma_moe": ["experts=4", "expert_size=4", "top_k=2"]}[kind]
+    module, _ = _built(f"kind={kind}", *settings, dropout=0.3)
+    assert module.drop.p == 0.3
 
 
 @pytest.mark.parametrize("activation", ["relu", "softmax"])
@@ -75,6 +83,8 @@ def test_pkm_takes_its_settings_and_weights_its_selection(activation):
     # top_k 12 lies between n_sub * 2 and n_sub^2: each head scores n_sub sub-keys of each
     # half (two d/2 products) and reads min(K, n_sub^2) values
     assert pkm.forward_flops_per_token() == 2 * 3 * 4 * D + 2 * 3 * min(12, 16) * D
+    more = ProductKeyMemory(D, 4, 3, 20, activation, n_layers=LAYERS)  # K above n_sub^2
+    assert more.forward_flops_per_token() == 2 * 3 * 4 * D + 2 * 3 * 16 * D
     seen = []
     pkm.hidden.register_forward_hook(lambda module, args, out: seen.append(out))
     x = torch.randn(5, D)
@@ -102,11 +112,11 @@ def test_moe_kinds_take_every_setting(kind):
              "switch": ["loss_scale=code"], "s_base": ["init=standard"]}[kind]
     moe, model = _built(f"kind={kind}", "experts=6", "expert_size=5", "top_k=2", "impl=sorted",
                         "expert_dropout=0.1", "hidden_dropout=0.2", "reg_weight=0.003",
-                        "activation=relu", *extra)
+                        f"activation={'gelu' if kind == 's_base' else 'relu'}", *extra)
     assert isinstance(moe, MoE) and moe.kind == kind
     assert (moe.n_experts, moe.expert_size, moe.top_k, moe.impl) == (6, 5, 2, "sorted")
     assert (moe.expert_dropout, moe.reg_weight, moe.hidden_drop.p) == (0.1, 0.003, 0.2)
-    assert isinstance(moe.act, nn.ReLU)
+    assert isinstance(moe.act, nn.GELU if kind == "s_base" else nn.ReLU)
     assert moe.selection == ("softmax_after" if kind == "sigma_moe" else "sigmoid")
     assert moe.switch_loss_scale == ("code" if kind == "switch" else "equation")
     assert ffn_parameters(model) == _weights(moe)
