@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # module under src/sglab -> its own test files
 MODULES: dict[str, list[str]] = {
     "models/moe.py": ["tests/test_moe_units.py", "tests/test_moe_layers.py",
-                      "tests/test_moe_routing_reference.py"],
+                      "tests/test_moe_routing_reference.py", "tests/test_ffn_factory.py"],
     "models/ffn.py": ["tests/test_ffn_factory.py", "tests/test_moe_layers.py",
                       "tests/test_moe_routing_reference.py"],
     "models/masked.py": ["tests/test_weight_masks.py", "tests/test_weight_mask_penalty.py",
