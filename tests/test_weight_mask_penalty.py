@@ -65,3 +65,43 @@ def test_masked_biases_add_their_logits_and_evaluation_leaves_no_penalty():
     model.eval()
     model(torch.randn(4, 3))
     assert model.aux_loss is None
+
+
+class KeywordNet(TinyNet):
+    """TinyNet whose output also depends on an extra input (as a seq2seq's decoder ids)."""
+
+    def forward(self, x, shift=None, **_):
+        return super().forward(x) + (0 if shift is None else shift)
+
+
+def test_final_masks_keep_exactly_the_weights_with_a_positive_logit():
+    """Thesis B.1: the final mask is 1[sigmoid(l) > 0.5], i.e. l > 0 (0.5 kept, 0 and -0.5 not)."""
+    model = _masked()
+    with torch.no_grad():
+        logits = model.logits[MaskedModel.key("first.weight")]
+        logits.copy_(torch.tensor([0.5, 0.0, -0.5, 1.5]).repeat(3, 1).T)
+    mask = model.final_masks()["first.weight"]
+    assert mask.T.tolist() == [[1.0, 0.0, 0.0, 1.0]] * 3
+
+
+def test_a_lower_temperature_sharpens_the_soft_masks_under_the_same_noise():
+    """Eq. 3.1: s = sigmoid((l + noise) / tau): the straight-through gradient shrinks as
+    |l + noise| / tau grows, so at tau 0.1 most logits get almost none."""
+    grads = {}
+    for tau in (1.0, 0.1):
+        model = _masked(temperature=tau, mask_samples=2)
+        torch.manual_seed(3)
+        out = model(torch.randn(8, 3))
+        out.sum().backward()
+        grads[tau] = model.logits[MaskedModel.key("first.weight")].grad.abs().mean().item()
+    assert grads[0.1] < 0.5 * grads[1.0]
+
+
+def test_extra_inputs_reach_the_base_in_training_and_in_evaluation():
+    torch.manual_seed(0)
+    model = MaskedModel(MaskedConfig(base_run="tiny", mask_samples=2), KeywordNet()).train()
+    x = torch.randn(4, 3)
+    shift = torch.full((4, 2), 100.0)
+    assert (model(x, shift=shift) > 50).all() and (model(x) < 50).all()
+    model.eval()
+    assert torch.allclose(model(x, shift=shift) - model(x), shift)
