@@ -164,7 +164,7 @@ NEW_FORM_WITH_SWITCH = [
 ]
 
 
-@pytest.mark.parametrize("new, old", zip(NEW_FORM_WITH_SWITCH, WITH_SWITCH[2:8]))
+@pytest.mark.parametrize("new, old", list(zip(NEW_FORM_WITH_SWITCH, WITH_SWITCH[2:8])))
 def test_the_families_hold_the_same_settings_with_the_same_run_id(new, old):
     config = build_run_config({}, new)
     data = config.to_dict()
