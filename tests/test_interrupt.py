@@ -3,13 +3,16 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
+import pytest
 import torch
 
 from sglab.cli import main
 from sglab.config import build_run_config
 from sglab.store import read_metrics
 from sglab.train import Trainer
+from sglab.train.interrupt import first_ctrl_c
 
 OVERRIDES = ["task.train_size=500", "task.test_size=200", "model.n_layers=1", "model.n_heads=2",
              "model.d_model=16", "train.steps=400", "train.batch_size=16", "train.eval_interval=100",
@@ -61,3 +64,43 @@ def test_interruptions_survive_a_pickle_round_trip():
         again = pickle.loads(pickle.dumps(exc))
         assert type(again) is type(exc) and str(again) == str(exc)
         assert vars(again) == vars(exc)
+
+
+def _press_ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_first_ctrl_c_sets_the_event_and_the_second_stops_at_once():
+    before = signal.getsignal(signal.SIGINT)
+    presses = []
+    with first_ctrl_c(on_press=lambda: presses.append(1)) as pressed:
+        assert not pressed.is_set()
+        _press_ctrl_c()
+        assert pressed.is_set() and presses == [1]
+        with pytest.raises(KeyboardInterrupt):
+            _press_ctrl_c()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_stop_asked_before_makes_the_first_ctrl_c_the_second():
+    asked = threading.Event()
+    asked.set()
+    presses = []
+    with first_ctrl_c(asked, on_press=lambda: presses.append(1)) as pressed:
+        assert pressed is asked
+        with pytest.raises(KeyboardInterrupt):
+            _press_ctrl_c()
+    assert presses == []
+
+
+def test_outside_the_main_thread_no_handler_is_installed():
+    before, seen = signal.getsignal(signal.SIGINT), []
+
+    def worker():
+        with first_ctrl_c() as pressed:
+            seen.append((pressed.is_set(), signal.getsignal(signal.SIGINT)))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [(False, before)]

@@ -16,6 +16,10 @@ from tests.test_store_and_sweep import TINY
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
 
 
+# so long that no run ends before the test stops it, however slowly the other worker starts
+ENDLESS = 10**9
+
+
 def _children(pid: int) -> list[int]:
     return [child for child, parent in parent_pids().items() if parent == pid]
 
@@ -29,7 +33,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigkill_of_a_pool_sweep_kills_its_workers(tmp_path):
-    long = {**TINY, "train": {**TINY["train"], "steps": 100_000, "log_interval": 50,
+    long = {**TINY, "train": {**TINY["train"], "steps": ENDLESS, "log_interval": 50,
                               "eval_interval": 100_000, "checkpoint_interval": 100_000}}
     spec = tmp_path / "grid.yaml"
     spec.write_text(json.dumps({"name": "orphans", "base": long,
@@ -66,7 +70,7 @@ def test_sigkill_of_a_pool_sweep_kills_its_workers(tmp_path):
 def _long_sweep(tmp_path, name: str) -> subprocess.Popen:
     """A sweep of two long tiny runs on a pool of 2 workers, in its own process group (as a
     terminal runs a command, so that a Ctrl-C reaches every process of it)."""
-    long = {**TINY, "train": {**TINY["train"], "steps": 100_000, "log_interval": 50,
+    long = {**TINY, "train": {**TINY["train"], "steps": ENDLESS, "log_interval": 50,
                               "eval_interval": 100_000, "checkpoint_interval": 100_000}}
     spec = tmp_path / "grid.yaml"
     spec.write_text(json.dumps({"name": name, "base": long,

@@ -40,6 +40,7 @@ from sglab.sweep.jobs import (
     sweep_run_ids,
 )
 from sglab.sweep.progress import PROGRESS_SECONDS, Heartbeat, progress_line
+from sglab.train.interrupt import first_ctrl_c
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -165,27 +166,6 @@ def _spawning_ignores_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-@contextmanager
-def _first_ctrl_c() -> Iterator[threading.Event]:
-    """An event set by the first Ctrl-C (SIGINT) in the block; the next one raises
-    KeyboardInterrupt at once. Outside the main thread the event stays unset."""
-    pressed = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield pressed
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def handle(signum, frame):
-        pressed.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    signal.signal(signal.SIGINT, handle)
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _collect_pool(pool: ProcessPoolExecutor, futures: dict, collect, printer,
                   run_ids: list[str]) -> None:
     """Hand each job's summaries to ``collect`` as its future completes. On Ctrl-C the jobs
@@ -195,7 +175,7 @@ def _collect_pool(pool: ProcessPoolExecutor, futures: dict, collect, printer,
     pending = set(futures)
     interrupted: list[str] = []
     not_started = 0
-    with _first_ctrl_c() as pressed:
+    with first_ctrl_c() as pressed:
         stopping = False
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

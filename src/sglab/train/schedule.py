@@ -10,7 +10,6 @@ over stacked parameters). Each run's files are kept by its own :class:`Trainer`.
 from __future__ import annotations
 
 import math
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from sglab.errors import TrainingInterrupted
+from sglab.train.interrupt import first_ctrl_c
 from sglab.train.run_log import RunLog
 
 if TYPE_CHECKING:  # only for type hints: loop.py imports this module
@@ -313,24 +313,10 @@ def _stop_on_ctrl_c(printer: Printer) -> Iterator[threading.Event]:
         interrupted.set()
     _RUNNING.append(interrupted)
     try:
-        if threading.current_thread() is not threading.main_thread():
+        with first_ctrl_c(interrupted, on_press=lambda: printer(
+                "Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop at "
+                "once)")):
             yield interrupted
-            return
-        previous = signal.getsignal(signal.SIGINT)
-
-        def handle(signum, frame):
-            interrupted.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            printer("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop "
-                    "at once)")
-
-        # a stop asked before (a worker's first Ctrl-C came while it built the task): the
-        # next Ctrl-C is the second one
-        signal.signal(signal.SIGINT, signal.default_int_handler if interrupted.is_set() else handle)
-        try:
-            yield interrupted
-        finally:
-            signal.signal(signal.SIGINT, previous)
     finally:
         _RUNNING.remove(interrupted)
 
