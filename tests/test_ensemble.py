@@ -103,6 +103,15 @@ def test_ensemble_sgd_and_different_lengths(tmp_path):
     assert_same_as_alone(configs, tmp_path)
 
 
+def test_ensemble_decaying_every_parameter_matches_alone(tmp_path):
+    # train.weight_decay_on=all: biases, norm gains and the geometric attention's scalars
+    # decay too (one dimension less than their stack in the ensemble)
+    configs = member_configs("train.weight_decay_on=all", "model.attention_mask=bidirectional",
+                             "model.pos_encoding=none", "model.attention=geometric",
+                             "model.copy_gate=true", "model.norm=post")
+    assert_same_as_alone(configs, tmp_path)
+
+
 def test_ensemble_key_groups_only_compatible_runs():
     a, b, c = member_configs()
     assert ensemble_key(a) == ensemble_key(b) == ensemble_key(c)

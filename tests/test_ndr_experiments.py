@@ -169,6 +169,8 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
             in zip(listops.arms(params), listops.configs(params, []))}
     assert runs["ndr"].model.ffn.d_ff == 2 * runs["ndr"].model.d_model
     assert (runs["ndr"].train.weight_decay, runs["rel"].train.weight_decay) == (0.09, 0.05)
+    # torch.optim.AdamW(self.model.parameters(), weight_decay=wd): biases and gains decay too
+    assert {config.train.weight_decay_on for config in runs.values()} == {"all"}
     assert {config.task.train_sampling for config in runs.values()} == {"bucketed"}
 
 

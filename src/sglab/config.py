@@ -263,7 +263,12 @@ class TrainConfig(StrictModel):
     lr_schedule: Literal["cosine", "constant"] = "cosine"
     warmup_steps: int = Field(100, ge=0)
     betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = Field(0.1, ge=0, description="AdamW decay, on 2-D weights only.")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW decay (L2 for SGD / RMSprop), "
+                                                       "on the tensors weight_decay_on names.")
+    weight_decay_on: Literal["matrices", "all"] = Field(
+        "matrices", description="matrices: decay 2-D weights only, not biases, norm gains or "
+                                "scalars; all: every parameter, as torch.optim.AdamW(model."
+                                "parameters()) in the thesis's code.")
     grad_clip: float | None = Field(1.0, gt=0, description="Max global grad norm; null = off.")
     eval_interval: int = Field(250, ge=1)
     eval_batch_size: int = Field(1024, ge=1)

@@ -46,6 +46,7 @@ from sglab.train.loop import (
     RMSPROP_ALPHA,
     RMSPROP_EPS,
     Trainer,
+    decays,
     pop_aux_loss,
     resolve_device,
     torch_threads,
@@ -246,6 +247,7 @@ class _Stack:
     def __init__(self, members: list[RunProgress], trainable, frozen, buffer_names, cfg):
         self.trainable, self.frozen, self.buffer_names = trainable, frozen, buffer_names
         self.optimizer_kind, self.betas, self.momentum = cfg.optimizer, cfg.betas, cfg.momentum
+        self.cfg = cfg
         self.eps = 1e-8
         per_member = [dict(m.model.named_parameters()) for m in members]
         per_member_buffers = [dict(m.model.named_buffers()) for m in members]
@@ -302,8 +304,7 @@ class _Stack:
     @torch.no_grad()
     def optimizer_step(self, lrs: list[float], weight_decays: list[float]) -> None:
         """torch.optim.AdamW / SGD / RMSprop arithmetic with a learning rate and decay per member;
-        weight decay applies to matrices only (a member's tensor of dim >= 2), as in
-        :func:`make_optimizer`."""
+        weight decay applies to the tensors :func:`decays` names, as in :func:`make_optimizer`."""
         self.step_count += 1
         lr_per_member = torch.tensor(lrs, dtype=torch.float32, device=self.step_count.device)
         wd_per_member = torch.tensor(weight_decays, dtype=torch.float32, device=self.step_count.device)
@@ -313,7 +314,8 @@ class _Stack:
                 continue
             shape = (-1, *[1] * (p.dim() - 1))
             lr = lr_per_member.view(shape).to(p.dtype)
-            wd = wd_per_member.view(shape).to(p.dtype) if p.dim() >= 3 else None
+            # a member's tensor has one dimension less than its stack
+            wd = wd_per_member.view(shape).to(p.dtype) if decays(p.dim() - 1, self.cfg) else None
             if self.optimizer_kind == "adamw":
                 beta1, beta2 = self.betas
                 state = self.state[name]

@@ -72,9 +72,15 @@ def processor(device: torch.device) -> dict[str, str]:
     return {"processor": name, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
+def decays(dim: int, cfg) -> bool:
+    """Whether weight decay applies to a parameter of ``dim`` dimensions (train.weight_decay_on)."""
+    return cfg.weight_decay_on == "all" or dim >= 2
+
+
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if decays(p.dim(), cfg)]
+    no_decay = [p for p in trainable if not decays(p.dim(), cfg)]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     extra = {"fused": True} if device.type == "cuda" else {}
