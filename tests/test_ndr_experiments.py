@@ -163,6 +163,9 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
         "transformer": "bucketed", "rel": "bucketed", "abs_rel_gate": "bucketed",
         "ndr": "bucketed", "lstm": "dataset", "bilstm": "dataset"}
     assert runs["lstm"].task.boundary_tokens is False
+    # simple_arithmetics_reltrafo_kaiming.yaml: key dropout 0.1, none on the weights
+    assert [(runs[k].model.attention.weight_dropout, runs[k].model.attention.key_dropout)
+            for k in ("transformer", "rel")] == [(0.0, 0.0), (0.0, 0.1)]
     listops = registry.experiment("ndr-listops")
     params = listops.preset("paper")
     runs = {arm.labels["variant"]: config for arm, config
@@ -172,6 +175,9 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
     # torch.optim.AdamW(self.model.parameters(), weight_decay=wd): biases and gains decay too
     assert {config.train.weight_decay_on for config in runs.values()} == {"all"}
     assert {config.task.train_sampling for config in runs.values()} == {"bucketed"}
+    # listops_big_reluni.yaml: key dropout 0.05 on the relative attention, none on weights
+    assert [(runs[k].model.attention.weight_dropout, runs[k].model.attention.key_dropout)
+            for k in ("transformer", "rel")] == [(0.0, 0.0), (0.0, 0.05)]
 
 
 def test_listops_default_preset_is_the_measured_cpu_proxy():
@@ -260,6 +266,14 @@ def test_ctl_paper_preset_carries_table_d3():
     assert runs[("transformer", "forward")].model.n_layers == 11
     assert runs[("lstm", "forward")].model.d_model == 200
     assert runs[("bilstm", "forward")].train.batch_size == 256
+    # the code's softmax attention drops no weights; its relative attention drops the keys
+    # at transformer.attention_dropout (ctl_ndr_no_absgate.yaml: 0.1; the baselines: 0)
+    softmax = {variant: (config.model.attention.weight_dropout, config.model.attention.key_dropout)
+               for (variant, direction), config in runs.items() if direction == "forward"
+               and config.model.name == "transformer" and config.model.attention.kind == "softmax"}
+    assert softmax == {"transformer": (0.0, 0.0), "rel": (0.0, 0.0), "rel_gate": (0.0, 0.1),
+                       "transformer_act": (0.0, 0.0), "rel_act": (0.0, 0.0),
+                       "rel_act_ut": (0.0, 0.0)}
 
 
 @pytest.mark.parametrize("name, default", [

@@ -4,13 +4,19 @@ import pytest
 import torch
 
 from sglab.analysis.hooks import watching
+from sglab.config import build_run_config
+from sglab.errors import SglabError
+from sglab.models import relative
 from sglab.models.relative import RelativeSelfAttention, relative_sinusoids
+from sglab.models.transformer import make_attention
 from sglab.train.evaluate import model_batch
 from tests.conftest import tiny_model
 
 
-def direct_relative_attention(module: RelativeSelfAttention, x, key_padding_mask=None):
-    """Transformer-XL logits evaluated pair by pair, straight from the formula."""
+def direct_relative_attention(module: RelativeSelfAttention, x, key_padding_mask=None,
+                              key_scale=None):
+    """Transformer-XL logits evaluated pair by pair, straight from the formula; ``key_scale``
+    (head_dim values) multiplies every content key k and position key r (key dropout)."""
     heads, head_dim = module.n_heads, module.head_dim
     d = heads * head_dim
     w = module.qkv.weight
@@ -32,6 +38,8 @@ def direct_relative_attention(module: RelativeSelfAttention, x, key_padding_mask
                     k = w_k[rows] @ x[b, j]
                     p = relative_sinusoids(torch.tensor(j - i), d)
                     r = (module.position_key.weight @ p)[rows]
+                    if key_scale is not None:
+                        k, r = k * key_scale, r * key_scale
                     logits[i, j] = ((q + u) @ k + (q + v) @ r) / math.sqrt(head_dim)
             probs = logits.softmax(-1)
             values = x[b] @ w_v[rows].T
@@ -53,6 +61,50 @@ def test_relative_attention_matches_pairwise_formula(causal):
         slow = direct_relative_attention(module, x, padding)
     torch.testing.assert_close(fast[0], slow[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(fast[1, :3], slow[1, :3], rtol=1e-4, atol=1e-5)
+
+
+def test_key_dropout_drops_the_content_and_position_keys_and_not_the_weights(monkeypatch):
+    # the thesis code's relative attention applies its attention_dropout to k and r
+    # (multi_head_relative_pos_attention.py:41,44); a fixed mask stands in for the random
+    # one: every even channel of a head dropped, the odd ones scaled by 1 / (1 - p)
+    torch.manual_seed(0)
+    module = RelativeSelfAttention(d_model=8, n_heads=2, causal=False, dropout=0.0,
+                                   key_dropout=0.5).train()
+    with torch.no_grad():
+        module.content_bias.normal_()
+        module.position_bias.normal_()
+    keep = (torch.arange(module.head_dim) % 2 == 1).float() / 0.5
+    rates = []
+
+    def fixed_dropout(x, p, training):
+        rates.append(p)
+        return x * keep if p and training else x
+
+    monkeypatch.setattr(relative, "apply_dropout", fixed_dropout)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        fast = module(x)
+        slow = direct_relative_attention(module, x, key_scale=keep)
+        plain = direct_relative_attention(module, x)
+    torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(fast, plain, atol=1e-3)
+    assert sorted(rates) == [0.0, 0.5, 0.5]  # k, r at 0.5; the weights at 0
+    with torch.no_grad():
+        torch.testing.assert_close(module.eval()(x), plain, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("weight_dropout, expected", [(None, 0.5), (0.0, 0.0), (0.2, 0.2)])
+@pytest.mark.parametrize("positions", ["relative", "learned"])
+def test_attention_weight_dropout_defaults_to_the_model_dropout(positions, weight_dropout,
+                                                               expected):
+    extra = [] if weight_dropout is None else [f"model.attention.weight_dropout={weight_dropout}"]
+    config = build_run_config({}, [f"model.positions={positions}", "model.dropout=0.5", *extra])
+    assert make_attention(config.model, None).dropout == expected
+
+
+def test_key_dropout_needs_relative_positions():
+    with pytest.raises(SglabError, match="positions.kind=relative"):
+        build_run_config({}, ["model.positions=learned", "model.attention.key_dropout=0.1"])
 
 
 def test_relative_pattern_is_shift_invariant_for_identical_tokens():

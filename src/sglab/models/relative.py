@@ -48,8 +48,9 @@ class RelativeSelfAttention(SelfAttention):
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, bias: bool = False,
-                 dropout: float = 0.0, out_projection: bool = True):
+                 dropout: float = 0.0, out_projection: bool = True, key_dropout: float = 0.0):
         super().__init__(d_model, n_heads, causal, bias, dropout, None, out_projection)
+        self.key_dropout = key_dropout  # on k and r before the scores (the thesis code's)
         self.position_key = nn.Linear(d_model, d_model, bias=False)  # W_kP
         self.content_bias = nn.Parameter(torch.zeros(n_heads, self.head_dim))  # u
         self.position_bias = nn.Parameter(torch.zeros(n_heads, self.head_dim))  # v
@@ -60,6 +61,7 @@ class RelativeSelfAttention(SelfAttention):
         distances = torch.arange(-(length - 1), length, device=q.device)  # d = j - i
         encodings = relative_sinusoids(distances, self.n_heads * self.head_dim).to(q.dtype)
         r = self.position_key(encodings).view(2 * length - 1, self.n_heads, self.head_dim)
+        r = apply_dropout(r, self.key_dropout, self.training)
         by_distance = (q + self.position_bias[:, None, :]) @ r.permute(1, 2, 0)  # [B, H, L, 2L-1]
         positions = torch.arange(length, device=q.device)
         index = (positions[None, :] - positions[:, None]) + (length - 1)  # j - i, shifted to >= 0
@@ -68,6 +70,7 @@ class RelativeSelfAttention(SelfAttention):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        k = apply_dropout(k, self.key_dropout, self.training)
         content = (q + self.content_bias[:, None, :]) @ k.transpose(-2, -1)
         scores = (content + self.relative_logits(q)) / math.sqrt(self.head_dim)
         if self.causal:

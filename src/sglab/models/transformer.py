@@ -121,10 +121,12 @@ def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Mo
     if attention.kind == "abs_rel_gated":
         return AbsRelGatedAttention(config.d_model, config.n_heads, attention.dropout)
     causal = config.attention_mask == "causal"
+    weight_dropout = config.dropout if attention.weight_dropout is None else attention.weight_dropout
     if config.positions.kind == "relative":
         return RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
-                                     config.dropout, attention.out_projection)
-    return SelfAttention(config.d_model, config.n_heads, causal, config.bias, config.dropout,
+                                     weight_dropout, attention.out_projection,
+                                     attention.key_dropout)
+    return SelfAttention(config.d_model, config.n_heads, causal, config.bias, weight_dropout,
                          rotary, attention.out_projection,
                          frozen=(attention.uniform, attention.identity_value))
 

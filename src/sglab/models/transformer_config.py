@@ -156,6 +156,13 @@ class SoftmaxAttentionConfig(AttentionConfig):
     uniform: bool = Field(
         False, description="Fix W_Q = W_K = 0: every query attends uniformly to the allowed keys.")
     identity_value: bool = Field(False, description="Fix the value projection W_V to the identity.")
+    weight_dropout: float | None = Field(
+        None, ge=0, lt=1, description="Dropout on the attention weights; null: the model's "
+                                      "dropout. The thesis code's relative attention has none.")
+    key_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the content and position keys before the "
+                                     "scores, as the thesis code's relative attention applies its "
+                                     "attention_dropout (positions.kind=relative only).")
 
 
 _ATTENTION_DROPOUT = Field(0.0, ge=0, lt=1, description="Dropout on the content keys "
@@ -478,6 +485,10 @@ class TransformerConfig(ModelConfig):
                 raise ValueError(f"attention.kind={attention.kind} brings its own positional "
                                  f"signal; positions.kind={positions.kind} cannot be combined "
                                  "with it (set positions.kind=none)")
+        elif attention.key_dropout and positions.kind != "relative":
+            raise ValueError(f"attention.key_dropout={attention.key_dropout} drops the keys of "
+                             "relative attention: set positions.kind=relative, or "
+                             "attention.weight_dropout for other positions")
         elif (attention.uniform or attention.identity_value) and (
                 block.shared or positions.kind == "relative"):
             raise ValueError("attention.uniform / attention.identity_value fix the weights of "

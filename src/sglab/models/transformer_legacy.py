@@ -75,6 +75,8 @@ class LegacyTransformerFields(StrictModel):
     output_bias: bool = False
     attention: Literal["softmax", "geometric", "abs_rel_gated"] = "softmax"
     attention_dropout: float = Field(0.0, ge=0, lt=1)
+    attention_weight_dropout: float | None = Field(None, ge=0, lt=1)
+    attention_key_dropout: float = Field(0.0, ge=0, lt=1)
     geometric_normalize: bool = False
     copy_gate: bool = False
     copy_gate_bias_init: float = -3.0
@@ -121,7 +123,9 @@ FIELDS: dict[str, dict[str, dict[str, str]]] = {
                   "none": {}, "rotary": {"max_len": "max_len"}, "relative": {}},
     "attention": {
         "softmax": {"out_projection": "attention_out_projection",
-                    "uniform": "uniform_attention", "identity_value": "identity_value"},
+                    "uniform": "uniform_attention", "identity_value": "identity_value",
+                    "weight_dropout": "attention_weight_dropout",
+                    "key_dropout": "attention_key_dropout"},
         "geometric": {"dropout": "attention_dropout", "normalize": "geometric_normalize"},
         "abs_rel_gated": {"dropout": "attention_dropout"},
     },
