@@ -31,8 +31,13 @@ def test_a_spec_loads_its_presets_and_claims(tmp_path):
           default: {<<: *common, seeds: [0, 1, 2], steps: 1e3}
         claims:
           c: {statement: s, source: {document: d.txt, where: Fig. 1}, effect: ["x ≥ 0.5"]}
+        scale:
+          default: d 64 instead of 256
+          faithful_cpu: not measured
+          paper_gpu: not measured
         """), Params, "demo")
     assert spec.title == "Demo" and list(spec.claims) == ["c"]
+    assert spec.scale.default == "d 64 instead of 256"
     assert spec.presets["default"]["steps"] == 1000.0  # 1e3 is a number, not a string
 
 
@@ -45,6 +50,10 @@ def test_a_spec_loads_its_presets_and_claims(tmp_path):
     ("presets: {quick: {seeds: [0], steps: 1, widths: [1]}}\n"
      "claims: {c: {statement: s, source: {document: d, where: w}, effect: ['|x| ≥ 1']}}",
      "claim 'c'"),
+    ("presets: {quick: {seeds: [0], steps: 1, widths: [1]}}\n"
+     "scale: {default: d, faithful_cpu: c, paper_gpu: g, gpu: h}", "scale: unknown key 'gpu'"),
+    ("presets: {quick: {seeds: [0], steps: 1, widths: [1]}}\n"
+     "scale: {default: d, faithful_cpu: '', paper_gpu: g}", "scale: faithful_cpu = ''"),
 ])
 def test_bad_specs_are_refused_with_the_place_named(tmp_path, body, message):
     with pytest.raises(SglabError, match=message):
@@ -77,6 +86,8 @@ def test_every_registered_spec_loads_and_every_preset_validates():
         for preset in experiment.presets:
             assert experiment.preset(preset)["seeds"] is not None, (name, preset)
         assert experiment.spec.claims, name
+        # the scorecard says how far default is from the seed's setup, for every experiment
+        assert experiment.spec.scale is not None, f"{name}: no scale block in its spec"
 
 
 def test_a_param_of_the_wrong_type_is_one_clear_error_before_training(tmp_path, capsys):

@@ -13,6 +13,7 @@ from sglab.experiments.scorecard import (
     render_markdown,
     short_summary,
 )
+from sglab.experiments.spec import ScaleSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +53,18 @@ def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
     page = render_html(found, ["ndr-ctl", "symmetry"])
     assert page.count("<span title=") == 3 and "FAILS: 1" in page
     assert render_markdown(collect(tmp_path), ["ndr-ctl", "symmetry", "topics"]) == text
+    assert "## Setup" not in text
+
+
+def test_the_setup_table_says_what_default_scales_down_and_what_faithful_costs(tmp_path):
+    scale = ScaleSpec(default="d 64 instead of 256 | 3 seeds", faithful_cpu="2.9 h a run",
+                      paper_gpu="not measured")
+    text = render_markdown(collect(tmp_path), ["ndr-ctl", "topics"],
+                           {"ndr-ctl": scale, "topics": None})
+    assert ("| ndr-ctl | d 64 instead of 256 \\| 3 seeds | 2.9 h a run | not measured |"
+            in text)
+    assert "| topics | - | - | - |" in text
+    assert text.index("## Setup") < text.index("## Claims")
 
 
 def test_short_summary_leaves_out_empty_verdicts():
@@ -60,7 +73,10 @@ def test_short_summary_leaves_out_empty_verdicts():
 
 
 def test_the_committed_scorecard_is_what_the_committed_results_generate():
-    expected = render_markdown(collect(ROOT / "results"), sorted(registry.experiments()))
+    experiments = registry.experiments()
+    names = sorted(experiments)
+    expected = render_markdown(collect(ROOT / "results"), names,
+                               {name: experiments[name].spec.scale for name in names})
     assert (ROOT / "docs" / "scorecard.md").read_text() == expected, \
         "docs/scorecard.md is stale: run `sglab scorecard`"
 

@@ -438,8 +438,11 @@ def scorecard(
         raise SglabError(f"no results directory {str(results)!r}; run an experiment first "
                          "(sglab run NAME) or pass --results DIR")
     found = collect(results)
-    names = sorted(registry.experiments())
-    for path, text in ((out, render_markdown(found, names)), (html_out, render_html(found, names))):
+    experiments = registry.experiments()
+    names = sorted(experiments)
+    scales = {name: experiments[name].spec.scale for name in names}
+    for path, text in ((out, render_markdown(found, names, scales)),
+                       (html_out, render_html(found, names))):
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
     judged = sum(1 for entries in found.values() for r in entries if r.judged)

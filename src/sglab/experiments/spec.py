@@ -10,6 +10,10 @@
       paper: {...}
     claims:
       claim-id: {statement: ..., source: {...}, references: {...}, effect: [...]}
+    scale:                  # what default scales down, and what the seed's setup costs
+      default: ...
+      faithful_cpu: ...
+      paper_gpu: ...
 
 The parameters of a preset are checked against the experiment's typed model
 (:class:`ExperimentParams` and its subclasses: unknown keys and wrong types are errors)
@@ -31,7 +35,7 @@ from sglab.errors import SglabError
 from sglab.experiments.claims import ClaimSpec
 
 PRESET_NAMES = ("quick", "default", "paper")
-SPEC_KEYS = ("title", "description", "anchors", "presets", "claims")
+SPEC_KEYS = ("title", "description", "anchors", "presets", "claims", "scale")
 
 
 class ExperimentParams(BaseModel):
@@ -40,6 +44,22 @@ class ExperimentParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     seeds: list[int] = Field(min_length=1)
     quiet: bool = False  # quiet runs: no line per evaluation, a progress line every two minutes
+
+
+class ScaleSpec(BaseModel):
+    """How far ``default`` is from the seed's setup and what the seed's setup costs; the
+    scorecard prints it beside the verdicts, so a QUALITATIVE or FAILS at ``default`` says
+    whether a faithful run could settle it. Figures are measured (say where) or projected
+    (say from what)."""
+
+    model_config = ConfigDict(extra="forbid")
+    default: str = Field(min_length=1, description="What `default` scales down against the "
+                                                   "seed's setup, or that it is the seed's.")
+    faithful_cpu: str = Field(min_length=1, description="The smallest run with the seed's "
+                                                        "mechanism on 2 CPU cores: its measured "
+                                                        "cost, or why it was not measured.")
+    paper_gpu: str = Field(min_length=1, description="`paper` on one GPU: measured or "
+                                                     "projected time, or not measured.")
 
 
 def _valid_run_config(base: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +113,7 @@ class ExperimentSpec:
     presets: dict[str, dict[str, Any]]
     claims: dict[str, ClaimSpec]
     path: Path
+    scale: ScaleSpec | None = None
 
 
 def validate_params(model: type[ExperimentParams], params: dict[str, Any], where: str
@@ -142,9 +163,17 @@ def load_spec(path: Path, model: type[ExperimentParams], name: str) -> Experimen
         except ValidationError as exc:
             raise SglabError(f"experiment spec {path.name}: claim {claim_id!r}: "
                              + format_validation_error(exc, ClaimSpec, claim)) from None
+    scale = None
+    if data.get("scale") is not None:
+        try:
+            scale = ScaleSpec.model_validate(data["scale"])
+        except ValidationError as exc:
+            problems = format_validation_error(exc, ScaleSpec, data["scale"])
+            raise SglabError(f"experiment spec {path.name}: scale: "
+                             + problems.removeprefix("invalid config:\n  ")) from None
     return ExperimentSpec(str(data.get("title", name)), str(data.get("description", "")),
-                          presets, claims, path)
+                          presets, claims, path, scale)
 
 
-__all__ = ["ExperimentParams", "ExperimentSpec", "PRESET_NAMES", "RunConfigDict", "load_spec",
-           "validate_params"]
+__all__ = ["ExperimentParams", "ExperimentSpec", "PRESET_NAMES", "RunConfigDict", "ScaleSpec",
+           "load_spec", "validate_params"]
