@@ -46,7 +46,7 @@ MODULES: dict[str, list[str]] = {
                       "tests/test_moe_routing_reference.py"],
     "models/masked.py": ["tests/test_weight_masks.py", "tests/test_weight_mask_penalty.py",
                          "tests/test_weight_masks_classes.py", "tests/test_weight_masks_sanity.py",
-                         "tests/test_weight_masks_transfer.py"],
+                         "tests/test_weight_masks_transfer.py", "tests/test_weight_masks_units.py"],
     "models/geometric.py": ["tests/test_ndr_layers.py"],
     "train/schedule.py": ["tests/test_schedule.py"],
     "train/ensemble.py": ["tests/test_ensemble.py", "tests/test_ensemble_dropout.py",
