@@ -3,6 +3,7 @@
     python benchmarks/sweep_throughput.py            # 4 cells x 5 seeds, addition (+ anchors)
     python benchmarks/sweep_throughput.py --quick    # seconds: addition, 2 cells x 2 seeds
     python benchmarks/sweep_throughput.py --device cuda --steps 500
+    python benchmarks/sweep_throughput.py --tasks ndr --seeds 4 --modes pool,forced --steps 300
 
 The same runs are trained, each way into a fresh run store:
 
@@ -10,7 +11,14 @@ The same runs are trained, each way into a fresh run store:
   default threads) -- what a user gets without the sweep runner;
 - pool: the local process pool, one run per job (``--no-ensemble``), default placement;
 - ensemble: the local process pool with compatible runs batched into ensembles;
-- ray: the Ray backend on a local Ray instance (when Ray is installed; not in --quick).
+- ray: the Ray backend on a local Ray instance (when Ray is installed; not in --quick);
+- forced: each seed group trained as one vmapped ensemble whether or not the planner would
+  batch it: the seeds of a cell split over one process per core, one thread each -- the
+  ensemble against process-pool ratio on the same cores, whatever the planner decides.
+
+Tasks: ``addition`` (symmetry's default model), ``anchors`` (init-scale's), ``ndr`` (the NDR
+of ndr-ctl's default, backward direction: a small-op-bound step, where batching seeds into
+one vmapped step should pay most).
 
 Throughput is total trained steps / wall-clock seconds (process start, data, evaluation
 and checkpoints included), reported as a ratio to the sequential baseline. It also
@@ -72,6 +80,52 @@ def anchors_grid(seeds: int, steps: int, cells: int, device: str) -> SweepSpec |
                                         early_stop_metric=None, device=device, threads=None)
     gammas = [0.3, 0.5, 0.7, 0.9][:cells]
     return SweepSpec(name="anchors", base=base, grid={"model.init_gamma": gammas}, seeds=seeds)
+
+
+def ndr_grid(seeds: int, steps: int, cells: int, device: str) -> SweepSpec:
+    """ndr-ctl's default NDR (backward); one cell: only the seeds vary."""
+    experiment = registry.experiment("ndr-ctl")
+    params = experiment.preset("default")
+    arms = zip(experiment.arms(params), experiment.configs(params, []))
+    config = next(c for arm, c in arms
+                  if arm.labels.get("variant") == "ndr" and arm.labels.get("direction") == "backward")
+    base = config.to_dict()
+    base.pop("seed", None)
+    base["train"].update(steps=steps, eval_interval=steps, checkpoint_interval=steps,
+                         log_interval=steps, early_stop_metric=None, early_stop_threshold=None,
+                         device=device, threads=None)
+    return SweepSpec(name="ndr", base=base, grid={}, seeds=seeds)
+
+
+def _train_group(config_dicts: list[dict], runs_dir: str) -> None:
+    """One worker of the forced mode: its configs as one ensemble on one thread."""
+    from sglab.store import RunStore
+    from sglab.train.ensemble import EnsembleTrainer
+
+    torch.set_num_threads(1)
+    configs = [RunConfig.model_validate(c) for c in config_dicts]
+    if len(configs) == 1:
+        Trainer(configs[0], runs_dir, printer=None).run()
+    else:
+        EnsembleTrainer(configs, runs_dir, store=RunStore(runs_dir), printer=None).run()
+
+
+def run_forced(configs: list[RunConfig], runs_dir: Path) -> None:
+    """Every cell's seeds split over one process per core, each group one ensemble."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = available_cores()
+    cells: dict[str, list[RunConfig]] = {}
+    for config in configs:
+        cells.setdefault(json.dumps(config.model_copy(update={"seed": 0}).to_dict(),
+                                    sort_keys=True), []).append(config)
+    groups = [[c.to_dict() for c in members[k::cores]]
+              for members in cells.values() for k in range(min(cores, len(members)))]
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in [pool.submit(_train_group, group, str(runs_dir)) for group in groups]:
+            future.result()
 
 
 def run_sequential(configs: list[RunConfig], runs_dir: Path) -> None:
@@ -137,6 +191,7 @@ def benchmark(spec: SweepSpec, use_ray: bool, root: Path,
         "pool": lambda: run_configs(configs, root / "pool", quiet=True, ensemble=False,
                                     printer=quiet),
         "ensemble": lambda: run_configs(configs, root / "ensemble", quiet=True, printer=quiet),
+        "forced": lambda: run_forced(configs, root / "forced"),
     }
     seconds = {name: timed(name, way) for name, way in ways.items() if name in modes}
     if use_ray and "ray" in modes:
@@ -168,7 +223,7 @@ def main() -> int:
     parser.add_argument("--modes", default="sequential,pool,ensemble,ray",
                         help="which ways to run the sweep (ratios are to the first one given)")
     args = parse_with_quick(parser, {"seeds": 2, "steps": 10, "cells": 2, "tasks": "addition",
-                                     "modes": "pool,ensemble"})
+                                     "modes": "pool,ensemble,forced"})
     seeds, steps, cells = args.seeds, args.steps, args.cells
     try:
         import ray  # noqa: F401
@@ -176,7 +231,7 @@ def main() -> int:
     except ImportError:
         have_ray = False
     use_ray = have_ray and not args.quick and not args.no_ray
-    builders = {"addition": addition_grid, "anchors": anchors_grid}
+    builders = {"addition": addition_grid, "anchors": anchors_grid, "ndr": ndr_grid}
     ratios = {}
     root = Path(tempfile.mkdtemp(prefix="sglab-sweep-bench-"))
     try:
