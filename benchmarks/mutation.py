@@ -50,7 +50,7 @@ MODULES: dict[str, list[str]] = {
     "models/geometric.py": ["tests/test_ndr_layers.py"],
     "train/schedule.py": ["tests/test_schedule.py"],
     "train/ensemble.py": ["tests/test_ensemble.py", "tests/test_ensemble_dropout.py",
-                          "tests/test_ensemble_member_masks.py"],
+                          "tests/test_ensemble_member_masks.py", "tests/test_ensemble_units.py"],
     "experiments/claims.py": ["tests/test_claims.py"],
 }
 # tests that cannot run on mutmut's trampolined copy of a module (torch.compile traces the
