@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,15 +45,8 @@ def test_sigkill_of_a_pool_sweep_kills_its_workers(tmp_path):
          "--no-ensemble", "--threads", "1", "--runs-dir", str(tmp_path / "runs"),
          "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    training, seen = set(), []
-    for line in sweep.stdout:  # wait until both workers train
-        seen.append(line)
-        if " step 50/" in line:
-            training.add(line.split("]")[0])
-        if len(training) == 2:
-            break
+    seen = _wait_until_both_train(sweep)
     ended = "".join(seen[-20:])
-    assert len(training) == 2, f"the sweep ended (rc {sweep.wait()}) before both runs trained:\n{ended}"
     workers = [pid for pid in _children(sweep.pid) if _alive(pid)]
     assert len(workers) >= 2, (f"{len(workers)} live children of the sweep (rc {sweep.poll()}); "
                                f"its output:\n{ended}")
@@ -84,14 +78,24 @@ def _long_sweep(tmp_path, name: str) -> subprocess.Popen:
         start_new_session=True)
 
 
-def _wait_until_both_train(sweep: subprocess.Popen) -> list[str]:
+STEP_LINE = re.compile(r"\[([^\]\s]+)\] step ([\d,]+)/")
+
+
+def _wait_until_both_train(sweep: subprocess.Popen, seconds: float = 300) -> list[str]:
+    """The sweep's lines until both runs have logged step 50 or later: every ``[run] step
+    N/`` on a line counts, as another worker's text may share it."""
     training, seen = set(), []
+    deadline = time.monotonic() + seconds
     for line in sweep.stdout:
         seen.append(line)
-        if " step 50/" in line:
-            training.add(line.split("]")[0])
+        training |= {run for run, step in STEP_LINE.findall(line)
+                     if int(step.replace(",", "")) >= 50}
         if len(training) == 2:
             return seen
+        if time.monotonic() > deadline:
+            sweep.kill()
+            raise AssertionError(f"no step 50 from both runs in {seconds:.0f} s:\n"
+                                 + "".join(seen[-20:]))
     raise AssertionError(f"the sweep ended (rc {sweep.wait()}) before both runs trained:\n"
                          + "".join(seen[-20:]))
 
@@ -148,3 +152,30 @@ def test_a_sweep_piped_to_head_stops_quietly_and_fails_no_run(tmp_path):
     statuses = [json.loads(p.read_text())["status"]
                 for p in (tmp_path / "runs").glob("*/summary.json")]
     assert "failed" not in statuses and statuses, statuses
+
+
+class _Writes:
+    """A stdout that records each write."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("printer", ["trainer", "sweep worker"])
+def test_a_progress_line_and_its_newline_are_one_write(monkeypatch, printer):
+    # processes printing to one pipe interleave writes: a line written apart from its
+    # newline can end up inside another worker's line
+    from sglab.sweep.jobs import _quiet_on_closed_output
+    from sglab.train.loop import _default_print
+
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    (_default_print if printer == "trainer" else _quiet_on_closed_output())("[run] step 50/100")
+    assert [w for w in out.writes if w] == ["[run] step 50/100\n"]

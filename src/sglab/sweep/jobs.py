@@ -174,7 +174,7 @@ def _quiet_on_closed_output():
         if closed:
             return
         try:
-            print(line, flush=True)
+            print(line + "\n", end="", flush=True)  # one write: whole lines between workers
         except BrokenPipeError:
             closed = True
 

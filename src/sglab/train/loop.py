@@ -40,7 +40,9 @@ from sglab.train.schedule import (
 
 
 def _default_print(line: str) -> None:
-    print(line, flush=True)
+    # one write of the line and its newline: processes printing to one pipe (a sweep's
+    # workers) then interleave whole lines, never a line and another's newline
+    print(line + "\n", end="", flush=True)
 
 
 def resolve_device(name: str) -> torch.device:
