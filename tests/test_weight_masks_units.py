@@ -23,20 +23,9 @@ from sglab.models.masked import (
 )
 from sglab.train.evaluate import model_is_causal
 from sglab.train.loop import pop_aux_loss
+from tests.test_weight_mask_penalty import TinyNet  # 3 -> 4 -> 2, biases, no is_causal
 
 VOCAB, WIDTH = 13, 5  # add_mul: padding, 10 digits, + and *; a1 a0 op b1 b0
-
-
-class TinyNet(nn.Module):
-    """3 -> 4 -> 2 with biases; no ``is_causal`` attribute."""
-
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(3, 4)
-        self.second = nn.Linear(4, 2)
-
-    def forward(self, x, **_):
-        return self.second(torch.relu(self.first(x)))
 
 
 class DecodingNet(TinyNet):
