@@ -70,5 +70,12 @@ def sha256_hex(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
+def print_line(line: str) -> None:
+    """Print ``line`` and its newline in one write and flush: processes printing to one pipe
+    (a sweep's workers) then interleave whole lines, never a line and another's newline."""
+    print(line + "\n", end="", flush=True)
+
+
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "finite_or_none",
-           "json_line", "sha256_hex"]
+           "json_line", "print_line", "sha256_hex"]
+

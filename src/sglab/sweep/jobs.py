@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from sglab.config import RunConfig
+from sglab.io import print_line
 from sglab.train.ensemble_cost import (
     MAX_ENSEMBLE_MEMBERS,
     count_parameters,
@@ -174,7 +175,7 @@ def _quiet_on_closed_output():
         if closed:
             return
         try:
-            print(line + "\n", end="", flush=True)  # one write: whole lines between workers
+            print_line(line)
         except BrokenPipeError:
             closed = True
 

@@ -20,7 +20,7 @@ import torch
 
 from sglab.config import RunConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
-from sglab.io import atomic_write_json, atomic_write_text
+from sglab.io import atomic_write_json, atomic_write_text, print_line
 from sglab.models import build_model
 from sglab.models.dropout import dropout_fields_on
 from sglab.names import match_names
@@ -40,9 +40,7 @@ from sglab.train.schedule import (
 
 
 def _default_print(line: str) -> None:
-    # one write of the line and its newline: processes printing to one pipe (a sweep's
-    # workers) then interleave whole lines, never a line and another's newline
-    print(line + "\n", end="", flush=True)
+    print_line(line)
 
 
 def resolve_device(name: str) -> torch.device:
