@@ -67,6 +67,18 @@ def test_the_setup_table_says_what_default_scales_down_and_what_faithful_costs(t
     assert text.index("## Setup") < text.index("## Claims")
 
 
+def test_an_experiment_that_needs_user_files_says_which_while_unmeasured(tmp_path):
+    scale = ScaleSpec(default="small", faithful_cpu="-", paper_gpu="-",
+                      user_files="qa1_x_train.txt in task.data_dir")
+    write(tmp_path, "topics", "default", [claim("a", "REPRODUCES", 0.99)])
+    text = render_markdown(collect(tmp_path), ["dnc-babi", "topics", "symmetry"],
+                           {"dnc-babi": scale, "topics": scale, "symmetry": None})
+    assert ("| dnc-babi | - | - | - | - | - | not measured: needs qa1_x_train.txt in "
+            "task.data_dir |" in text)
+    assert "| symmetry | - | - | - | - | - | no judged result committed |" in text
+    assert "| topics | default |" in text  # a committed result is shown, not the files
+
+
 def test_short_summary_leaves_out_empty_verdicts():
     assert short_summary({"REPRODUCES": 0, "QUALITATIVE": 2, "FAILS": 0,
                           "NOT MEASURED": 1}) == "2 qualitative, 1 not measured"

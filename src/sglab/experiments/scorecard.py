@@ -148,7 +148,10 @@ def render_markdown(found: dict[str, list[ExperimentResult]], registered: list[s
     for name in registered:
         entries = [r for r in found.get(name, []) if r.judged]
         if not entries:
-            rows.append(f"| {name} | - | - | - | - | - | no judged result committed |")
+            scale = (scales or {}).get(name)
+            why = (f"not measured: needs {_cell(scale.user_files)}"
+                   if scale is not None and scale.user_files else "no judged result committed")
+            rows.append(f"| {name} | - | - | - | - | - | {why} |")
             continue
         for result in entries:
             counts = result.counts()

@@ -60,6 +60,9 @@ class ScaleSpec(BaseModel):
                                                         "cost, or why it was not measured.")
     paper_gpu: str = Field(min_length=1, description="`paper` on one GPU: measured or "
                                                      "projected time, or not measured.")
+    user_files: str | None = Field(None, min_length=1, description="The files a user must "
+                                   "bring for `default` (data that cannot be generated): the "
+                                   "scorecard names them while no result is committed.")
 
 
 def _valid_run_config(base: dict[str, Any]) -> dict[str, Any]:
