@@ -166,6 +166,9 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
     # simple_arithmetics_reltrafo_kaiming.yaml: key dropout 0.1, none on the weights
     assert [(runs[k].model.attention.weight_dropout, runs[k].model.attention.key_dropout)
             for k in ("transformer", "rel")] == [(0.0, 0.0), (0.0, 0.1)]
+    assert _attention_as_code(runs) == {"transformer": (False, False), "rel": (False, True)}
+    # simple_arithmetics_gated.yaml: the gated relative attention drops its keys at 0.1
+    assert _abs_rel_dropouts(runs) == (0.0, 0.1)
     listops = registry.experiment("ndr-listops")
     params = listops.preset("paper")
     runs = {arm.labels["variant"]: config for arm, config
@@ -178,6 +181,22 @@ def test_arithmetic_paper_grid_follows_the_thesis_code():
     # listops_big_reluni.yaml: key dropout 0.05 on the relative attention, none on weights
     assert [(runs[k].model.attention.weight_dropout, runs[k].model.attention.key_dropout)
             for k in ("transformer", "rel")] == [(0.0, 0.0), (0.0, 0.05)]
+    assert _attention_as_code(runs) == {"transformer": (False, False), "rel": (False, True)}
+    assert _abs_rel_dropouts(runs) == (0.0, 0.1)  # listops_big_lowlr_ndr.yaml
+
+
+def _attention_as_code(runs) -> dict:
+    """(biases, learned scale) of every softmax arm: the thesis code's attention has no
+    biases (multi_head_attention.py:128-129, multi_head_relative_pos_attention.py:125-126)
+    and its relative attention trains its scale (multi_head_relative_pos_attention.py:23)."""
+    return {name: (config.model.attention.bias, config.model.attention.learned_scale)
+            for name, config in runs.items() if getattr(config.model, "attention", None)
+            is not None and config.model.attention.kind == "softmax"}
+
+
+def _abs_rel_dropouts(runs) -> tuple[float, float]:
+    attention = runs["abs_rel_gate"].model.attention
+    return attention.dropout, attention.key_dropout
 
 
 def test_listops_default_preset_is_the_measured_cpu_proxy():
@@ -274,6 +293,12 @@ def test_ctl_paper_preset_carries_table_d3():
     assert softmax == {"transformer": (0.0, 0.0), "rel": (0.0, 0.0), "rel_gate": (0.0, 0.1),
                        "transformer_act": (0.0, 0.0), "rel_act": (0.0, 0.0),
                        "rel_act_ut": (0.0, 0.0)}
+    forward = {variant: config for (variant, direction), config in runs.items()
+               if direction == "forward" and config.model.name == "transformer"}
+    assert _attention_as_code(forward) == {
+        "transformer": (False, False), "rel": (False, True), "rel_gate": (False, True),
+        "transformer_act": (False, False), "rel_act": (False, True), "rel_act_ut": (False, True)}
+    assert _abs_rel_dropouts(forward) == (0.0, 0.1)  # ctl_ndr.yaml: attention_dropout 0.1
 
 
 @pytest.mark.parametrize("name, default", [

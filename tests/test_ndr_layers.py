@@ -330,3 +330,67 @@ def test_abs_rel_gated_attention_switches_between_relative_and_absolute_position
     assert torch.allclose(absolute[:, 0], absolute[:, 5], atol=1e-5)
     padded = capture(attention, ["pattern"], x, torch.tensor([[True] * 6 + [False] * 2]))
     assert torch.all(padded["pattern"][..., 6:] == 0)
+
+
+def direct_abs_rel_attention(module, x, key_scale=None):
+    """Eq. D.7 evaluated pair by pair: s [(q_i + b_qE) . k_j + (q_i + b_qP) . W_kP (p_{i-j}
+    r_i + p_j (1 - r_i))]; ``key_scale`` (d_head values) multiplies every content key and
+    position key (key dropout)."""
+    from sglab.models.relative import relative_sinusoids
+
+    heads, head_dim, d = module.n_heads, module.head_dim, module.d_model
+    batch, length, _ = x.shape
+    out = torch.zeros(batch, length, d)
+    scale = torch.ones(head_dim) if key_scale is None else key_scale
+    for b in range(batch):
+        r = torch.sigmoid(module.switch(x[b]))  # [length, heads]
+        for h in range(heads):
+            rows = slice(h * head_dim, (h + 1) * head_dim)
+            logits = torch.zeros(length, length)
+            for i in range(length):
+                q = module.query.weight[rows] @ x[b, i]
+                for j in range(length):
+                    k = (module.key.weight[rows] @ x[b, j]) * scale
+                    rel = (module.position_key.weight @ relative_sinusoids(torch.tensor(i - j), d))[rows]
+                    ab = (module.position_key.weight @ relative_sinusoids(torch.tensor(j), d))[rows]
+                    position = rel * scale * r[i, h] + ab * scale * (1 - r[i, h])
+                    logits[i, j] = module.scale * ((q + module.content_bias[h, 0]) @ k
+                                                   + (q + module.position_bias[h, 0]) @ position)
+            out[b, :, rows] = logits.softmax(-1) @ (x[b] @ module.value.weight[rows].T)
+    return module.out(out)
+
+
+def test_abs_rel_key_dropout_drops_content_and_position_keys_once(monkeypatch):
+    # the thesis code's "+ abs/rel + gate" is its relative attention with the absolute gate:
+    # attention_dropout on k and on the position keys, whose absolute term reads the same
+    # dropped keys (multi_head_relative_pos_attention.py:41,44,47); a fixed mask stands in
+    # for the random one
+    from sglab.models import abs_rel
+    from sglab.models.abs_rel import AbsRelGatedAttention
+
+    torch.manual_seed(0)
+    module = AbsRelGatedAttention(8, 2, dropout=0.0, key_dropout=0.5).train()
+    with torch.no_grad():
+        module.content_bias.normal_()
+        module.position_bias.normal_()
+        module.switch.bias.normal_()
+    keep = (torch.arange(module.head_dim) % 2 == 1).float() / 0.5
+    rates = []
+
+    def fixed_dropout(t, p, training):
+        rates.append(p)
+        if not (p and training):
+            return t
+        return (t.view(*t.shape[:-1], -1, module.head_dim) * keep).view_as(t) \
+            if t.shape[-1] == module.d_model else t * keep
+
+    monkeypatch.setattr(abs_rel, "apply_dropout", fixed_dropout)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        fast = module(x)
+        torch.testing.assert_close(fast, direct_abs_rel_attention(module, x, keep),
+                                   rtol=1e-4, atol=1e-5)
+        plain = direct_abs_rel_attention(module, x)
+        assert not torch.allclose(fast, plain, atol=1e-3)
+        assert sorted(rates) == [0.5, 0.5]  # the content keys, the position keys: once each
+        torch.testing.assert_close(module.eval()(x), plain, rtol=1e-4, atol=1e-5)

@@ -40,11 +40,17 @@ def direct_relative_attention(module: RelativeSelfAttention, x, key_padding_mask
                     r = (module.position_key.weight @ p)[rows]
                     if key_scale is not None:
                         k, r = k * key_scale, r * key_scale
-                    logits[i, j] = ((q + u) @ k + (q + v) @ r) / math.sqrt(head_dim)
+                    logits[i, j] = ((q + u) @ k + (q + v) @ r) * module.scale
             probs = logits.softmax(-1)
             values = x[b] @ w_v[rows].T
             out[b, :, rows] = probs @ values
     return module.out(out)
+
+
+def test_the_fixed_scale_is_one_over_the_root_of_the_head_width():
+    module = RelativeSelfAttention(d_model=8, n_heads=2, causal=False)
+    assert float(module.scale) == pytest.approx(1 / math.sqrt(4))
+    assert not any("scale" in name for name, _ in module.named_parameters())
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -100,6 +106,49 @@ def test_attention_weight_dropout_defaults_to_the_model_dropout(positions, weigh
     extra = [] if weight_dropout is None else [f"model.attention.weight_dropout={weight_dropout}"]
     config = build_run_config({}, [f"model.positions={positions}", "model.dropout=0.5", *extra])
     assert make_attention(config.model, None).dropout == expected
+
+
+def test_a_learned_scale_starts_at_the_fixed_one_trains_and_scales_the_logits():
+    # the thesis code's relative attention trains its scale, initialised to 1/sqrt(d_head)
+    # (multi_head_relative_pos_attention.py:23)
+    torch.manual_seed(0)
+    fixed = RelativeSelfAttention(d_model=8, n_heads=2, causal=False)
+    learned = RelativeSelfAttention(d_model=8, n_heads=2, causal=False, learned_scale=True)
+    learned.load_state_dict(fixed.state_dict(), strict=False)
+    with torch.no_grad():
+        learned.content_bias.normal_()
+        fixed.content_bias.copy_(learned.content_bias)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(learned(x), fixed(x))
+    learned(x).square().sum().backward()
+    assert learned.scale.grad is not None and learned.scale.grad.abs() > 0
+    with torch.no_grad():
+        learned.scale.fill_(1.7)
+        torch.testing.assert_close(learned(x), direct_relative_attention(learned, x),
+                                   rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(learned(x), fixed(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("attention_bias, model_bias, expected", [
+    (None, True, True), (None, False, False), (False, True, False), (True, False, True)])
+@pytest.mark.parametrize("positions", ["relative", "learned"])
+def test_attention_biases_follow_the_model_unless_set(positions, attention_bias, model_bias,
+                                                      expected):
+    extra = [] if attention_bias is None else [f"model.attention.bias={attention_bias}"]
+    config = build_run_config({}, [f"model.positions={positions}", f"model.bias={model_bias}",
+                                   *extra])
+    module = make_attention(config.model, None)
+    assert (module.qkv.bias is not None) is expected
+    assert (module.out.bias is not None) is expected
+
+
+def test_learned_scale_needs_relative_positions():
+    with pytest.raises(SglabError, match="positions.kind=relative"):
+        build_run_config({}, ["model.positions=learned", "model.attention.learned_scale=true"])
+    config = build_run_config({}, ["model.positions=relative",
+                                   "model.attention.learned_scale=true"])
+    assert isinstance(make_attention(config.model, None).scale, torch.nn.Parameter)
 
 
 def test_key_dropout_needs_relative_positions():

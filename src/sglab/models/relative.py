@@ -3,7 +3,7 @@
 Per head (thesis Sec. 4.2.1 / App. C.3, in the equivalent per-head form):
 
     q_i = W_q h_i,   k_j = W_kE h_j,   r_{j-i} = W_kP P_{j-i}
-    logit_ij = ((q_i + u) . k_j + (q_i + v) . r_{j-i}) / sqrt(d_head)
+    logit_ij = ((q_i + u) . k_j + (q_i + v) . r_{j-i}) * s,   s = 1 / sqrt(d_head)
 
 where P_d is the sinusoidal encoding of the signed distance d = j - i and u, v are
 learned per-head vectors initialised to zero: (q_i . k_j) is content addressing,
@@ -12,7 +12,9 @@ learned per-head vectors initialised to zero: (q_i . k_j) is content addressing,
 decoder form); without one, both signs are (the "symmetric" encoder form).
 
 The distance term is computed once for every distance in [-(L-1), L-1] and then
-gathered into the L x L matrix, so the cost is O(L^2) per head.
+gathered into the L x L matrix, so the cost is O(L^2) per head. With ``learned_scale`` s
+is a trained scalar initialised to 1 / sqrt(d_head), as in the thesis code's relative
+attention.
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ class RelativeSelfAttention(SelfAttention):
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, bias: bool = False,
-                 dropout: float = 0.0, out_projection: bool = True, key_dropout: float = 0.0):
+                 dropout: float = 0.0, out_projection: bool = True, key_dropout: float = 0.0,
+                 learned_scale: bool = False):
         super().__init__(d_model, n_heads, causal, bias, dropout, None, out_projection)
         self.key_dropout = key_dropout  # on k and r before the scores (the thesis code's)
+        scale = torch.tensor(1.0 / math.sqrt(self.head_dim))
+        if learned_scale:
+            self.scale = nn.Parameter(scale)
+        else:
+            self.register_buffer("scale", scale, persistent=False)
         self.position_key = nn.Linear(d_model, d_model, bias=False)  # W_kP
         self.content_bias = nn.Parameter(torch.zeros(n_heads, self.head_dim))  # u
         self.position_bias = nn.Parameter(torch.zeros(n_heads, self.head_dim))  # v
@@ -72,7 +80,7 @@ class RelativeSelfAttention(SelfAttention):
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k = apply_dropout(k, self.key_dropout, self.training)
         content = (q + self.content_bias[:, None, :]) @ k.transpose(-2, -1)
-        scores = (content + self.relative_logits(q)) / math.sqrt(self.head_dim)
+        scores = (content + self.relative_logits(q)) * self.scale
         if self.causal:
             future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))

@@ -119,14 +119,16 @@ def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Mo
         return GeometricAttention(config.d_model, config.n_heads, attention.dropout,
                                   attention.normalize)
     if attention.kind == "abs_rel_gated":
-        return AbsRelGatedAttention(config.d_model, config.n_heads, attention.dropout)
+        return AbsRelGatedAttention(config.d_model, config.n_heads, attention.dropout,
+                                    attention.key_dropout)
     causal = config.attention_mask == "causal"
     weight_dropout = config.dropout if attention.weight_dropout is None else attention.weight_dropout
+    bias = config.bias if attention.bias is None else attention.bias
     if config.positions.kind == "relative":
-        return RelativeSelfAttention(config.d_model, config.n_heads, causal, config.bias,
+        return RelativeSelfAttention(config.d_model, config.n_heads, causal, bias,
                                      weight_dropout, attention.out_projection,
-                                     attention.key_dropout)
-    return SelfAttention(config.d_model, config.n_heads, causal, config.bias, weight_dropout,
+                                     attention.key_dropout, attention.learned_scale)
+    return SelfAttention(config.d_model, config.n_heads, causal, bias, weight_dropout,
                          rotary, attention.out_projection,
                          frozen=(attention.uniform, attention.identity_value))
 

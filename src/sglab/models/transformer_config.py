@@ -163,8 +163,17 @@ class SoftmaxAttentionConfig(AttentionConfig):
         0.0, ge=0, lt=1, description="Dropout on the content and position keys before the "
                                      "scores, as the thesis code's relative attention applies its "
                                      "attention_dropout (positions.kind=relative only).")
+    bias: bool | None = Field(
+        None, description="Biases on the q/k/v and output projections; null: the model's "
+                          "`bias`. The thesis code's attention has none.")
+    learned_scale: bool = Field(
+        False, description="Train the logits' scale, initialised to 1/sqrt(d_head), as the "
+                           "thesis code's relative attention (positions.kind=relative only).")
 
 
+_KEY_DROPOUT = Field(0.0, ge=0, lt=1, description="Dropout on the content and position keys "
+                                                  "before the scores (the thesis code's "
+                                                  "attention_dropout).")
 _ATTENTION_DROPOUT = Field(0.0, ge=0, lt=1, description="Dropout on the content keys "
                                                         "(geometric) / the attention weights.")
 
@@ -183,6 +192,7 @@ class AbsRelGatedAttentionConfig(AttentionConfig):
 
     kind: Literal["abs_rel_gated"] = "abs_rel_gated"
     dropout: float = _ATTENTION_DROPOUT
+    key_dropout: float = _KEY_DROPOUT
 
 
 # ----------------------------------------------------------------------------- ffn
@@ -489,6 +499,9 @@ class TransformerConfig(ModelConfig):
             raise ValueError(f"attention.key_dropout={attention.key_dropout} drops the keys of "
                              "relative attention: set positions.kind=relative, or "
                              "attention.weight_dropout for other positions")
+        elif attention.learned_scale and positions.kind != "relative":
+            raise ValueError("attention.learned_scale trains the scale of relative attention: "
+                             "set positions.kind=relative, or learned_scale=false")
         elif (attention.uniform or attention.identity_value) and (
                 block.shared or positions.kind == "relative"):
             raise ValueError("attention.uniform / attention.identity_value fix the weights of "

@@ -77,6 +77,8 @@ class LegacyTransformerFields(StrictModel):
     attention_dropout: float = Field(0.0, ge=0, lt=1)
     attention_weight_dropout: float | None = Field(None, ge=0, lt=1)
     attention_key_dropout: float = Field(0.0, ge=0, lt=1)
+    attention_bias: bool | None = None
+    attention_learned_scale: bool = False
     geometric_normalize: bool = False
     copy_gate: bool = False
     copy_gate_bias_init: float = -3.0
@@ -125,9 +127,10 @@ FIELDS: dict[str, dict[str, dict[str, str]]] = {
         "softmax": {"out_projection": "attention_out_projection",
                     "uniform": "uniform_attention", "identity_value": "identity_value",
                     "weight_dropout": "attention_weight_dropout",
-                    "key_dropout": "attention_key_dropout"},
+                    "key_dropout": "attention_key_dropout", "bias": "attention_bias",
+                    "learned_scale": "attention_learned_scale"},
         "geometric": {"dropout": "attention_dropout", "normalize": "geometric_normalize"},
-        "abs_rel_gated": {"dropout": "attention_dropout"},
+        "abs_rel_gated": {"dropout": "attention_dropout", "key_dropout": "attention_key_dropout"},
     },
     "ffn": {
         "dense": {"d_ff": "d_ff", "activation": "activation"},
