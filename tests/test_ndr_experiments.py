@@ -250,6 +250,7 @@ def test_ctl_default_preset_trains_on_uniform_lengths_with_thesis_depth():
                     model.init.ndr_init) == (1, "relu", 4 * model.d_model, "tanh", "code")
     assert runs[("abs_rel_gate", "forward")].train.steps == 24_000
     assert runs[("abs_rel_gate", "backward")].train.steps == 3000
+    assert runs[("rel_gate", "forward")].train.steps == runs[("rel_gate", "backward")].train.steps
     assert runs[("ndr", "forward")].model.block.ffn == "gelu_residual"
     shallow = [key for key in runs if key[0] == "ndr@8"]
     assert shallow == [("ndr@8", "forward")]  # the depth ablation runs one direction
