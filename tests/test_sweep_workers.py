@@ -172,10 +172,13 @@ class _Writes:
 def test_a_progress_line_and_its_newline_are_one_write(monkeypatch, printer):
     # processes printing to one pipe interleave writes: a line written apart from its
     # newline can end up inside another worker's line
-    from sglab.sweep.jobs import _quiet_on_closed_output
-    from sglab.train.loop import _default_print
+    import inspect
 
+    from sglab.sweep.jobs import _quiet_on_closed_output
+    from sglab.train.loop import Trainer
+
+    trainer_print = inspect.signature(Trainer).parameters["printer"].default
     out = _Writes()
     monkeypatch.setattr(sys, "stdout", out)
-    (_default_print if printer == "trainer" else _quiet_on_closed_output())("[run] step 50/100")
+    (trainer_print if printer == "trainer" else _quiet_on_closed_output())("[run] step 50/100")
     assert [w for w in out.writes if w] == ["[run] step 50/100\n"]

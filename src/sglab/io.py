@@ -78,4 +78,3 @@ def print_line(line: str) -> None:
 
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "finite_or_none",
            "json_line", "print_line", "sha256_hex"]
-

@@ -39,10 +39,6 @@ from sglab.train.schedule import (
 )
 
 
-def _default_print(line: str) -> None:
-    print_line(line)
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -281,7 +277,7 @@ class Trainer:
     (:func:`execution_run_id`)."""
 
     def __init__(self, config: RunConfig, runs_dir: str | Path, store=None,
-                 printer: Printer | None = _default_print, tag: str | None = None,
+                 printer: Printer | None = print_line, tag: str | None = None,
                  execution: str = "alone"):
         self.config = config
         self.runs_dir = Path(runs_dir)
@@ -562,7 +558,7 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = True,
-          printer: Printer | None = _default_print, tag: str | None = None) -> dict:
+          printer: Printer | None = print_line, tag: str | None = None) -> dict:
     """Build a Trainer and run it; the run is indexed in ``runs_dir``'s store unless
     another ``store`` is given."""
     store = RunStore(runs_dir) if store is None else store
