@@ -82,8 +82,13 @@ def test_moe_variants_quick_reports_every_variant(tmp_path_factory):
     assert shares["dense"] == "-" and 0.25 <= float(shares["Switch, 4x experts"]) <= 1
 
 
-def test_ffn_approx_quick_reports_top_k_pkm_and_active_units(tmp_path_factory):
-    _, results = _run("ffn-approx", tmp_path_factory)
+@pytest.fixture(scope="module")
+def ffn_approx_quick(tmp_path_factory):
+    return _run("ffn-approx", tmp_path_factory)
+
+
+def test_ffn_approx_quick_reports_top_k_pkm_and_active_units(ffn_approx_quick):
+    _, results = ffn_approx_quick
     assert [c["id"] for c in results["claims"]] == [
         "topk-moderate-k-matches-dense", "topk-improves-dense",
         "pkm-relu-beats-softmax-and-trails-dense", "pkm-param-matched-beats-value-count",
@@ -94,8 +99,31 @@ def test_ffn_approx_quick_reports_top_k_pkm_and_active_units(tmp_path_factory):
     assert active["values"]["mean active fraction"]["seeds"] == active["values"]["active fraction"]
     assert active["references"]["mean active fraction"]["mean"] == 0.055
     rows = {row[0]: row for row in results["sections"][0]["tables"][0]["rows"]}
-    assert len(rows) == 7
+    assert len(rows) == 7  # the sparsity scan's runs are not approximation arms
     # Top-K: as many parameters as dense and at most K active units per layer
     assert rows["Top-K (K=d_ff/16)"][1] == rows["dense"][1]
     assert all(float(a) <= 64 / 16 for a in rows["Top-K (K=d_ff/16)"][-1].split(", "))
     assert rows["PKM ReLU (param-matched)"][1] <= rows["dense"][1]
+
+
+def test_ffn_approx_counts_active_units_by_model_size_at_every_snapshot(ffn_approx_quick):
+    root, results = ffn_approx_quick
+    section = next(s for s in results["sections"] if "model size" in s["title"])
+    table = section["tables"][0]
+    assert table["columns"] == ["model", "seeds", "step 5", "step 10"]
+    for row, d_ff in zip(table["rows"], (64, 128), strict=True):
+        assert row[:2] == [f"d {d_ff // 4}, d_ff {d_ff}", 1]
+        for cell in row[2:]:
+            count, fraction = cell.split(" (")
+            # a count of units per token, and the same count as a share of d_ff
+            assert 0 < float(count) <= d_ff
+            assert float(fraction.rstrip("%)")) == pytest.approx(
+                100 * float(count) / d_ff, abs=0.06)
+    assert (root / "out" / section["figures"][0]["file"]).exists()
+
+
+def test_ffn_approx_sparsity_snapshots_must_lie_within_the_steps():
+    from sglab.experiments.moe.ffn_approx import SparsityScan
+
+    with pytest.raises(ValueError, match="snapshots must lie in 1..steps"):
+        SparsityScan(sizes=[(16, 64)], steps=10, snapshots=[5, 20])
