@@ -464,3 +464,32 @@ def test_a_flat_series_has_no_negative_slope():
     assert not parse_rule("slope(x) < 0").holds({"x": [1.0, 1.0]})
     assert not parse_rule("slope(x over t) < 0").holds({"x": [0.3, 0.3, 0.3], "t": [0, 1, 2]})
     assert parse_rule("slope(x) < 0").holds({"x": [1.0, 0.999]})
+
+
+def test_a_median_claim_judges_rules_and_references_on_the_median_over_seeds():
+    # 5 seeds, one collapsed: the mean (0.8) is outside 1.0's tolerance, the median (1.0) is
+    # not, and the rule reads the median too (Table 4.1 reports "the median of 5 runs")
+    values = {"Rel Uni": per_seed([1.0, 0.0, 1.0, 1.0, 1.0]),
+              "Trafo": per_seed([0.3, 0.2, 0.9, 0.1, 0.25])}
+    fields = {"references": {"Rel Uni": {"mean": 1.0, "seeds": 5}},
+              "effect": ["Rel Uni > Trafo + 0.7"]}
+    by_mean = judge("c", spec(**fields), Measured(values))
+    by_median = judge("c", spec(statistic="median", **fields), Measured(values))
+    assert by_mean.verdict is Verdict.FAILS  # 0.8 > 0.35 + 0.7 does not hold
+    assert by_median.verdict is Verdict.REPRODUCES  # 1.0 > 0.25 + 0.7
+    assert by_median.references["Rel Uni"]["ours"] == 1.0
+    assert by_median.values["Trafo"]["median"] == 0.25
+    assert by_median.values["Trafo"]["mean"] == pytest.approx(0.35)
+    assert "(on the median)" in by_median.evidence and "Trafo 0.25 (seeds" in by_median.evidence
+    assert "median" not in by_mean.values["Trafo"]
+
+
+def test_a_median_claim_still_needs_every_seed_of_a_yes_no_value():
+    claim = judge("c", spec(statistic="median", effect=["solved"]),
+                  Measured({"solved": per_seed([True, False, True])}))
+    assert claim.verdict is Verdict.FAILS  # the fraction true, 2/3, not the median (True)
+
+
+def test_a_claim_statistic_is_mean_or_median():
+    with pytest.raises(ValidationError):
+        spec(statistic="max", effect=["a ≥ 0"])

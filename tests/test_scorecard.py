@@ -56,6 +56,14 @@ def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
     assert "## Setup" not in text
 
 
+def test_a_claim_judged_on_medians_shows_our_median(tmp_path):
+    median = claim("m", "REPRODUCES", 0.6)
+    median["values"]["NDR"].update(median=1.0, seeds=[1.0, 0.0, 1.0, 1.0, 0.0])
+    write(tmp_path, "ndr-ctl", "default", [median])
+    text = render_markdown(collect(tmp_path), ["ndr-ctl"])
+    assert "| NDR 1 ± 0 (n=5) | NDR median 1 (n=5) | **REPRODUCES** |" in text
+
+
 def test_the_setup_table_says_what_default_scales_down_and_what_faithful_costs(tmp_path):
     scale = ScaleSpec(default="d 64 instead of 256 | 3 seeds", faithful_cpu="2.9 h a run",
                       paper_gpu="not measured")

@@ -13,7 +13,8 @@ The experiment's analysis measures the named values (:class:`Measured`; a value 
 once per seed is a :class:`PerSeed` list, in seed order) or says why it cannot
 (:class:`NotMeasured`). :func:`judge` then decides, on one scale for every claim:
 
-- ``REPRODUCES``: every effect rule holds on the means over seeds (and on each seed where
+- ``REPRODUCES``: every effect rule holds on the means over seeds (the medians where the
+  spec says ``statistic: median``, as a seed that reports medians) (and on each seed where
   the spec says ``every_seed``: the seed's own spread shows no failing seed, as 1.00 ± 0.00),
   and every referenced value's mean lies within its tolerance of the seed's number
   (default ``max(0.05, 2 × the seed's std)``; :class:`Reference`);
@@ -38,7 +39,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -62,6 +63,16 @@ def mean_of(value: Any) -> Any:
             return math.nan
         return statistics.fmean(float(v) for v in value)
     return value
+
+
+def center_of(value: Any, statistic: str = "mean") -> Any:
+    """The mean (or, with ``statistic="median"``, the median) over seeds of a
+    :class:`PerSeed` value; yes/no values are always the fraction true; anything else
+    unchanged."""
+    if (statistic == "median" and isinstance(value, PerSeed) and value
+            and not all(isinstance(v, bool) for v in value)):
+        return statistics.median(float(v) for v in value)
+    return mean_of(value)
 
 
 def std_of(value: Any) -> float | None:
@@ -330,6 +341,9 @@ class ClaimSpec(BaseModel):
     references: dict[str, Reference] = Field(default_factory=dict)
     effect: list[str] = Field(min_length=1)
     every_seed: bool = False
+    # what the rules and references read over seeds: the seed's own statistic (Table 4.1
+    # reports "the median of 5 runs")
+    statistic: Literal["mean", "median"] = "mean"
     note: str | None = None
 
     @field_validator("effect")
@@ -405,17 +419,21 @@ def _seed_count(values: Mapping[str, Any]) -> int | None:
     return counts.pop() if counts else None
 
 
-def _shown(value: Any) -> dict[str, Any] | Any:
+def _shown(value: Any, statistic: str = "mean") -> dict[str, Any] | Any:
     if isinstance(value, PerSeed):
-        return {"mean": mean_of(value), "std": std_of(value), "seeds": list(value)}
+        shown = {"mean": mean_of(value), "std": std_of(value), "seeds": list(value)}
+        if statistic == "median":
+            shown["median"] = center_of(value, statistic)
+        return shown
     if isinstance(value, np.ndarray):
         return value.tolist()
     return value
 
 
-def _format_shown(name: str, value: Any) -> str:
+def _format_shown(name: str, value: Any, statistic: str = "mean") -> str:
     if isinstance(value, PerSeed):
-        return f"{name} {format_value(mean_of(value))} (seeds {format_value(list(value))})"
+        return (f"{name} {format_value(center_of(value, statistic))} "
+                f"(seeds {format_value(list(value))})")
     return f"{name} {format_value(value)}"
 
 
@@ -431,7 +449,7 @@ def judge(claim_id: str, spec: ClaimSpec, measurement: Measured | NotMeasured) -
     missing = sorted(read - set(values))
     if missing:
         raise KeyError(f"claim {claim_id!r} reads values its analysis did not measure: {missing}")
-    means = {name: mean_of(value) for name, value in values.items()}
+    means = {name: center_of(value, spec.statistic) for name, value in values.items()}
     failed = [r.describe() for r in rules if not r.holds(means)]
     seeds = _seed_count(values)
     failing_seeds: list[int] = []
@@ -456,9 +474,11 @@ def judge(claim_id: str, spec: ClaimSpec, measurement: Measured | NotMeasured) -
         verdict = Verdict.QUALITATIVE if outside else Verdict.REPRODUCES
     derived = [d for d in (r.derived(means) for r in rules) if d]
     parts = [measurement.context,
-             ", ".join([_format_shown(n, v) for n, v in values.items()] + derived),
-             "effect: " + "; ".join(spec.effect) + (" (on the mean and every seed)"
-                                                     if spec.every_seed else " (on the mean)")]
+             ", ".join([_format_shown(n, v, spec.statistic) for n, v in values.items()]
+                       + derived),
+             "effect: " + "; ".join(spec.effect) + (f" (on the {spec.statistic} and every seed)"
+                                                     if spec.every_seed
+                                                     else f" (on the {spec.statistic})")]
     if failed:
         parts.append("does not hold: " + "; ".join(failed))
     if failing_seeds:
@@ -468,7 +488,8 @@ def judge(claim_id: str, spec: ClaimSpec, measurement: Measured | NotMeasured) -
                      else "within tolerance of the seed's numbers")
     return Claim(claim_id, spec.statement, source, verdict,
                  "; ".join(p for p in parts if p),
-                 {n: _shown(v) for n, v in values.items()}, references, spec.note)
+                 {n: _shown(v, spec.statistic) for n, v in values.items()}, references,
+                 spec.note)
 
 
 def judge_all(specs: Mapping[str, ClaimSpec],

@@ -86,12 +86,15 @@ def short_summary(counts: dict[str, int]) -> str:
 
 
 def _ours(claim: dict[str, Any]) -> str:
-    """Our values the seed's references name (mean ± std, n seeds), else every value."""
+    """Our values the seed's references name (mean ± std, or the median, n seeds), else
+    every value."""
     names = list(claim.get("references") or {}) or list(claim.get("values") or {})
     parts = []
     for name in names:
         value = claim["values"].get(name)
-        if isinstance(value, dict) and "seeds" in value:
+        if isinstance(value, dict) and "median" in value:  # a claim judged on medians
+            parts.append(f"{name} median {value['median']:.3g} (n={len(value['seeds'])})")
+        elif isinstance(value, dict) and "seeds" in value:
             spread = f" ± {value['std']:.2f}" if value.get("std") is not None else ""
             parts.append(f"{name} {value['mean']:.3g}{spread} (n={len(value['seeds'])})")
         elif isinstance(value, (int, float, bool)):
