@@ -43,6 +43,11 @@ CASES = [
      Verdict.FAILS),
     (SCAN, "relative-universal-generalizes-to-longer-outputs", variants(0.2, 0.2, 0.9, 0.6),
      Verdict.FAILS),  # the relative universal Transformer is not the best
+    # judged on the median of 5 seeds, as Table 4.1: two collapsed seeds leave the median at
+    # 1.0 (their mean, 0.66, would be outside 1.0's tolerance)
+    (SCAN, "relative-universal-generalizes-to-longer-outputs",
+     variants([0.29] * 5, [0.21] * 5, [0.61] * 5, [1.0, 1.0, 1.0, 0.2, 0.1]),
+     Verdict.REPRODUCES),
     # Table 4.1, cutoff 30: 0.24 / 0.06 / 1.00 / 1.00
     (SCAN, "relative-positions-generalize-at-cutoff-30", variants(0.24, 0.06, 1.0, 1.0),
      Verdict.REPRODUCES),
@@ -103,7 +108,10 @@ def test_claims_cite_the_thesis_with_its_numbers():
     table_4_1 = specs["relative-universal-generalizes-to-longer-outputs"]
     assert {n: r.mean for n, r in table_4_1.references.items()} == {
         "Transformer": 0.29, "Universal": 0.21, "Relative": 0.61, "Relative Universal": 1.0}
-    assert "median" in table_4_1.note and "--seeds 5" in table_4_1.note
+    # Table 4.1 reports medians of 5 runs, at the better embedding scaling (Table C.3)
+    assert table_4_1.statistic == "median" and "PED" in table_4_1.note
+    assert specs["relative-positions-generalize-at-cutoff-30"].statistic == "median"
+    assert specs["relative-universal-reaches-100-at-cutoff-26"].statistic == "mean"  # Table 4.4
     place_value = specs["relative-universal-extrapolates"].references
     assert [(r.mean, r.std) for r in place_value.values()] == [(0.12, 0.07), (0.20, 0.02),
                                                               (0.75, 0.10)]
