@@ -127,3 +127,9 @@ def test_ffn_approx_sparsity_snapshots_must_lie_within_the_steps():
 
     with pytest.raises(ValueError, match="snapshots must lie in 1..steps"):
         SparsityScan(sizes=[(16, 64)], steps=10, snapshots=[5, 20])
+    # and a preset change that breaks it is one error naming the parameter
+    from sglab.errors import SglabError
+
+    with pytest.raises(SglabError, match="sparsity"):
+        registry.experiment("ffn-approx").preset(
+            "quick", changes=["sparsity={sizes: [[16, 64]], steps: 10, snapshots: [0]}"])

@@ -112,6 +112,9 @@ def test_preset_parameters_are_checked_by_the_params_model():
         experiment.preset("quick", changes=["variants=[Transfomer]"])
     with pytest.raises(SglabError, match="iid_threshold"):
         experiment.preset("quick", changes=["iid_threshold=0.5"])
+    # the absolute variants' scalings are the model's embedding_scaling values
+    with pytest.raises(SglabError, match="absolute_scalings"):
+        experiment.preset("quick", changes=["absolute_scalings=[pde]"])
 
 
 class _Run:

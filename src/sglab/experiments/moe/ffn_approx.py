@@ -155,13 +155,8 @@ class FfnApprox(Experiment):
 
 
 def active_units_at(run, step: int) -> float:
-    """Mean over layers of the active units per token at a snapshot step (16 iid_valid
-    windows, as ``ffn_stats``)."""
-    from sglab.analysis.moe import ffn_statistics
-
-    stats = run.measure(f"ffn_stats/step_{step}", lambda r: ffn_statistics(
-        r.model(f"step_{step}"), r.task.windows("iid_valid")[:16, :-1]))
-    return statistics.fmean(stats["active_units"])
+    """Mean over layers of the active units per token at a snapshot step."""
+    return statistics.fmean(ffn_stats(run, f"step_{step}")["active_units"])
 
 
 def sparsity_section(scan: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[str, Any]:
@@ -170,12 +165,11 @@ def sparsity_section(scan: dict[str, Any], runs: RunSet, out_dir: Path) -> dict[
     steps = sorted(set(scan["snapshots"]))
     rows, counts, fractions = [], [], []
     for i, (d_model, d_ff) in enumerate(scan["sizes"]):
-        group = runs.where(size=size_name(d_model, d_ff))
+        label = size_name(d_model, d_ff)
+        group = runs.where(size=label)
         per_step = [[active_units_at(r, s) for r in group] for s in steps]
         mean = [statistics.fmean(v) for v in per_step]
-        rows.append([size_name(d_model, d_ff), len(group),
-                     *(f"{m:.1f} ({m / d_ff:.1%})" for m in mean)])
-        label = size_name(d_model, d_ff)
+        rows.append([label, len(group), *(f"{m:.1f} ({m / d_ff:.1%})" for m in mean)])
         counts.append(Line(steps, mean, label, color=i, marker="o"))
         fractions.append(Line(steps, [m / d_ff for m in mean], label, color=i, marker="o"))
     figure = line_figure(out_dir, "active_units_by_size", [

@@ -54,10 +54,12 @@ def check_lm_data(configs: list[RunConfig]) -> None:
         require_corpus(*corpus)
 
 
-def ffn_stats(run: FinishedRun) -> dict[str, list]:
-    """Active units / expert usage per layer on the first 16 iid_valid windows (cached)."""
-    return run.measure("ffn_stats", lambda r: ffn_statistics(
-        r.model(), r.task.windows("iid_valid")[:16, :-1]))
+def ffn_stats(run: FinishedRun, which: str = "last") -> dict[str, list]:
+    """Active units / expert usage per layer on the first 16 iid_valid windows (cached), of
+    the checkpoint ``which`` (the last, or a snapshot ``step_N``)."""
+    key = "ffn_stats" if which == "last" else f"ffn_stats/{which}"
+    return run.measure(key, lambda r: ffn_statistics(
+        r.model(which), r.task.windows("iid_valid")[:16, :-1]))
 
 
 def ffn_flops(run: FinishedRun, selector: bool = True) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -48,6 +48,7 @@ from sglab.experiments.seq2seq.seq2seq_variants import (
     variant_switches,
     variant_values,
 )
+from sglab.models.seq2seq import Seq2SeqConfig
 from sglab.report.plots import coloured_scatter_grid
 
 # thesis Table 4.1 (median of 5 seeds, exact match on the OOD test set)
@@ -69,7 +70,8 @@ OOD_CLAIMS = {"relative-universal-generalizes-to-longer-outputs": 26,
 
 # the variants with absolute positions, whose embedding scaling matters (thesis Sec. 4.2.3)
 ABSOLUTE = ("Transformer", "Universal")
-Scaling = Literal["none", "ped", "teu"]
+_SCALING = Seq2SeqConfig.model_fields["embedding_scaling"]
+Scaling = _SCALING.annotation  # the model's embedding_scaling values
 
 
 class ScanLengthParams(Seq2SeqParams):
@@ -83,8 +85,8 @@ class ScanLengthParams(Seq2SeqParams):
 def scalings(params: dict[str, Any], variant: str) -> list[str]:
     """The embedding scalings a variant trains (the base's for the relative variants)."""
     if variant in ABSOLUTE:
-        return list(dict.fromkeys(params.get("absolute_scalings", ["ped"])))
-    return [params["base"]["model"].get("embedding_scaling", "ped")]
+        return list(dict.fromkeys(params["absolute_scalings"]))
+    return [params["base"]["model"].get("embedding_scaling", _SCALING.default)]
 
 
 def reported(runs: RunSet, variants: list[str]) -> tuple[RunSet, dict[str, str]]:
