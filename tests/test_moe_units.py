@@ -89,6 +89,44 @@ def test_the_auxiliary_loss_is_gamma_times_the_kinds_regulariser(kind):
     assert moe.aux_loss is None
 
 
+def test_selected_reg_scope_leaves_a_collapsed_router_unpenalised():
+    """The authors' softmax-after-top-K ablation regularises the softmax over the K chosen
+    slots: routing every token to the same experts costs it nothing, and the selector rows
+    of the experts never chosen get no gradient; Eq. 7.20 over all experts pulls them in."""
+    torch.manual_seed(0)
+    aux = {}
+    for scope in ("experts", "selected"):
+        moe = MoE(8, 6, 3, 2, n_layers=2, selection="softmax_after", reg_weight=1.0,
+                  reg_scope=scope).train()
+        with torch.no_grad():
+            moe.selector.zero_()
+            moe.selector[:2] = torch.tensor([1.0] * 8)  # experts 0 and 1 win for x > 0
+        x = torch.rand(50, 8) + 0.1
+        moe(x)
+        assert set(moe.route(x)[2].unique().tolist()) == {0, 1}
+        aux[scope] = moe.aux_loss.item()
+        moe.aux_loss.backward()
+        unused_grad = moe.selector.grad[2:].abs().sum().item()
+        if scope == "selected":
+            assert unused_grad == 0.0
+        else:
+            assert unused_grad > 0.0
+    # both slots carry the same logit for every token: the K-slot mean is uniform over K, its
+    # minimum; over the 6 experts the mass sits on 2, far above -log 6
+    assert aux["selected"] == pytest.approx(-math.log(2), abs=1e-5)
+    assert aux["experts"] > -math.log(6) + 0.5
+
+
+def test_selected_reg_scope_needs_softmax_after():
+    from pydantic import ValidationError
+
+    from sglab.models.transformer_config import SigmaMoEFFN
+    with pytest.raises(ValidationError, match="reg_scope=selected"):
+        SigmaMoEFFN(experts=4, expert_size=2, top_k=2, reg_scope="selected")
+    assert SigmaMoEFFN(experts=4, expert_size=2, top_k=2, reg_scope="selected",
+                       selection="softmax_after").reg_scope == "selected"
+
+
 def test_softmax_after_with_expert_dropout_renormalises_over_kept_experts_only():
     """With logits below -1 a dropped expert must still never be chosen (while K remain)."""
     torch.manual_seed(0)

@@ -106,6 +106,7 @@ def make_ffn(ffn, d_model: int, n_layers: int, bias: bool, dropout: float) -> nn
                                 n_layers, dropout)
     return MoE(d_model, ffn.experts, ffn.expert_size, ffn.top_k, n_layers, kind=ffn.kind,
                selection=getattr(ffn, "selection", "sigmoid"), init=getattr(ffn, "init", "sigma"),
+               reg_scope=getattr(ffn, "reg_scope", "experts"),
                impl=ffn.impl, expert_dropout=ffn.expert_dropout,
                hidden_dropout=ffn.hidden_dropout, reg_weight=ffn.reg_weight,
                switch_loss_scale=getattr(ffn, "loss_scale", "equation"),

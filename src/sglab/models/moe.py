@@ -21,6 +21,8 @@ Expert dropout (training only): each (token, expert) score is zeroed with probab
 delta before top-K, without rescaling, so a dropped expert is never chosen while K others
 remain. The entropy regulariser (Eq. 7.20) is sum_e p[e] log p[e] with p the mean of
 softmax(W3 x) over all tokens of the batch; ``aux_loss`` holds gamma times it (training).
+``reg_scope=selected`` (softmax after top-K only) takes p over the K chosen slots instead, as
+the authors' code does for that ablation: unchosen experts get no balancing gradient.
 
 Implementations (``impl``): ``masked`` computes every expert and weights the outputs by
 a dense [tokens, N_E] gate (works under ``vmap``); ``sorted`` sorts the (token, slot)
@@ -72,12 +74,12 @@ class MoE(nn.Module):
                  kind: str = "sigma_moe", selection: str = "sigmoid", init: str = "sigma",
                  impl: str = "masked", expert_dropout: float = 0.0, hidden_dropout: float = 0.0,
                  reg_weight: float = 0.0, switch_loss_scale: str = "equation",
-                 activation: str = "relu", dropout: float = 0.0):
+                 reg_scope: str = "experts", activation: str = "relu", dropout: float = 0.0):
         super().__init__()
         self.n_experts, self.expert_size, self.top_k = n_experts, expert_size, top_k
         self.kind, self.selection, self.impl = kind, selection, impl
         self.expert_dropout, self.reg_weight = expert_dropout, reg_weight
-        self.switch_loss_scale = switch_loss_scale
+        self.switch_loss_scale, self.reg_scope = switch_loss_scale, reg_scope
         self.keys = nn.Parameter(torch.empty(n_experts, d_model, expert_size))     # W1^e
         self.values = nn.Parameter(torch.empty(n_experts, expert_size, d_model))   # W2^e
         self.selector = nn.Parameter(torch.empty(n_experts, d_model))              # W3
@@ -141,6 +143,8 @@ class MoE(nn.Module):
         if self.training and self.reg_weight > 0:
             if self.kind == "switch":
                 reg = switch_loss(logits.softmax(-1), experts, self.switch_loss_scale)
+            elif self.reg_scope == "selected":  # over the K chosen slots (authors' code)
+                reg = entropy_regularizer(logits.gather(-1, experts))
             else:
                 reg = entropy_regularizer(logits)
             self.aux_loss = self.reg_weight * reg

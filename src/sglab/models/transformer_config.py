@@ -269,6 +269,19 @@ class SigmaMoEFFN(MoEFFN):
     selection: Literal["sigmoid", "softmax_before", "softmax_after"] = Field(
         "sigmoid", description="Score function (Tab. 7.4 ablations).")
     init: Literal["sigma", "standard"] = _MOE_INIT
+    reg_scope: Literal["experts", "selected"] = Field(
+        "experts", description="What the entropy term (Eq. 7.20) balances: experts, the softmax "
+                               "over all N_E logits; selected (softmax_after only), the softmax "
+                               "over the K chosen logits, as the authors' code regularises its "
+                               "softmax-after-top-K ablation: no pull toward unused experts.")
+
+    @model_validator(mode="after")
+    def _check_reg_scope(self):
+        if self.reg_scope == "selected" and self.selection != "softmax_after":
+            raise ValueError(f"reg_scope=selected regularises the softmax over the K chosen "
+                             f"experts, which only selection=softmax_after computes (got "
+                             f"selection={self.selection}); set reg_scope=experts")
+        return self
 
 
 class SwitchFFN(MoEFFN):

@@ -63,6 +63,7 @@ class LegacyTransformerFields(StrictModel):
     moe_impl: Literal["masked", "sorted"] = "masked"
     moe_selection: Literal["sigmoid", "softmax_before", "softmax_after"] = "sigmoid"
     moe_init: Literal["sigma", "standard"] = "sigma"
+    moe_reg_scope: Literal["experts", "selected"] = "experts"
     expert_dropout: float = Field(0.0, ge=0, lt=1)
     expert_hidden_dropout: float = Field(0.0, ge=0, lt=1)
     moe_reg_weight: float = Field(0.001, ge=0)
@@ -138,7 +139,8 @@ FIELDS: dict[str, dict[str, dict[str, str]]] = {
         "topk": {"d_ff": "d_ff", "top_k": "ffn_top_k", "activation": "activation"},
         "pkm": {"heads": "pkm_heads", "subkeys": "pkm_subkeys", "top_k": "pkm_top_k",
                 "score_activation": "pkm_activation"},
-        "sigma_moe": {**_MOE, "selection": "moe_selection", "init": "moe_init"},
+        "sigma_moe": {**_MOE, "selection": "moe_selection", "init": "moe_init",
+                      "reg_scope": "moe_reg_scope"},
         "switch": {**_MOE, "loss_scale": "switch_loss_scale"},
         "s_base": {**_MOE, "init": "moe_init"},
     },
