@@ -9,8 +9,9 @@ layer gives ``outputs`` answer slots of vocabulary logits, [batch, outputs, voca
 once with the second half of the positions zeroed (read out: the first half of the
 slots) and once with the first half zeroed (the second half of the slots): the double
 addition FNN of the thesis, which cannot reuse weights within one pass. ``input_mean`` and
-``input_std`` standardize the values, and ``init: xavier`` is the thesis code's
-initialization (Xavier-normal weights with the ReLU gain, zero biases).
+``input_std`` standardize the values. ``init: xavier`` (Xavier-normal weights with the ReLU
+gain, zero biases) is the thesis code's initialization on permuted MNIST only, the one task
+that calls it; its arithmetic FNNs keep PyTorch's Linear init, ``init: torch``.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class TransferParams(ExperimentParams):
     # digits: scikit-learn's 8x8, bundled; mnist: read from task.data_dir
     dataset: Literal["digits", "mnist"]
     hidden: list[int]  # the FNN's hidden widths
-    init: Literal["torch", "xavier"]  # the FNN's weight init (xavier: the thesis code's)
+    init: Literal["torch", "xavier"]  # the FNN's weight init (xavier: the thesis code's on permuted MNIST)
     standardize: bool  # standardize the pixel values by the training images' mean and std
     side: int  # the 8x8 digits resized to side x side (dataset digits only)
     # reset: the first layer is reset for every task and never frozen (the thesis text);
