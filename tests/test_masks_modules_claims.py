@@ -271,3 +271,25 @@ def test_sharing_claims_follow_figs_b4_b5(claim_id):
     assert good.verdict is Verdict.REPRODUCES, good.evidence
     bad = judge(claim_id, spec, sharing_values(**SHARING_BROKEN[claim_id])[claim_id])
     assert bad.verdict is Verdict.FAILS, bad.evidence
+
+
+def test_sharing_claims_are_guarded_by_the_nets_they_compare_only():
+    """A size with no valid beta is left out of the claims (B.3.3 cannot mask it), so its
+    underfitting net does not block them; a weak net of a compared size does."""
+    exp = experiment("masks-sharing")
+
+    def cells(add, mul):
+        return {b: [{"none": {"add": add, "mul": mul}}] for b in B}
+
+    measured = {SIZES[0]: cells(0.99, 0.85), SIZES[1]: cells(1.0, 0.97), SIZES[2]: cells(1.0, 0.99)}
+    valid = {SIZES[0]: [], SIZES[1]: B[:2], SIZES[2]: B[:2]}
+    assert exp.weakest_net(measured, valid) == 0.97
+    values = guarded(sharing_values(), exp.weakest_net(measured, valid), "x")
+    assert all(isinstance(v, Measured) for v in values.values())
+    # the same weak net in a compared size blocks every claim
+    valid[SIZES[0]] = B[:1]
+    assert exp.weakest_net(measured, valid) == 0.85
+    values = guarded(sharing_values(), exp.weakest_net(measured, valid), "x")
+    assert all(isinstance(v, NotMeasured) for v in values.values())
+    # with no size maskable, every net counts (the reason names the weakest)
+    assert exp.weakest_net(measured, {s: [] for s in SIZES}) == 0.85
