@@ -138,13 +138,19 @@ class MaskSharing(Experiment):
                 >= params["keep_min"]]
 
     @staticmethod
-    def weakest_net(measured: dict[str, dict[str, list[dict[str, Any]]]],
+    def compared_sizes(valid: dict[str, list[str]]) -> list[str]:
+        """The sizes the claims compare: those with a valid beta. A size whose full-task mask
+        fails at every beta is left out (B.3.3 finds no beta for it; the thesis's advice is a
+        net large enough to mask)."""
+        return [size for size in valid if valid[size]]
+
+    @classmethod
+    def weakest_net(cls, measured: dict[str, dict[str, list[dict[str, Any]]]],
                     valid: dict[str, list[str]]) -> float:
         """The lowest exact match of an unmasked net on an operation, over the sizes the
-        claims compare (those with a valid beta; all sizes when none has one). A size that
-        B.3.3 cannot mask is left out of the claims (:meth:`claims`), so its net does not
-        decide whether they can be judged."""
-        compared = [size for size in measured if valid[size]] or list(measured)
+        claims compare (all sizes when none can be masked): a size left out of the claims
+        does not decide whether they can be judged."""
+        compared = cls.compared_sizes(valid) or list(measured)
         return min(c["none"][op] for size in compared for cells in measured[size].values()
                    for c in cells for op in OPS)
 
@@ -229,12 +235,11 @@ class MaskSharing(Experiment):
                share: dict[str, dict[str, float]]) -> dict[str, Measured | NotMeasured]:
         """B.4: beta transfers between sizes, and neither the full-task mask's accuracy (the
         figure's y-axis) nor the add mask's sharing (its colour) is very sensitive to it;
-        B.5: larger nets share less. Values per size are lists in size order, over the sizes
-        with a valid beta (a size whose full-task mask fails at every beta is left out:
-        B.3.3 finds no beta for it, the thesis's advice is a net large enough to mask)."""
+        B.5: larger nets share less. Values per size are lists in size order, over the
+        :meth:`compared_sizes`."""
         betas = [beta_label(b) for b in params["betas"]]
-        usable = [s for s in share if valid[s]]
-        skipped = [s for s in share if not valid[s]]
+        usable = self.compared_sizes(valid)
+        skipped = [s for s in valid if s not in usable]
         note = (f"left out, no beta keeps its full-task mask valid: {', '.join(skipped)}"
                 if skipped else "")
         ids = ["beta-transfers-across-sizes", "accuracy-insensitive-to-beta",
