@@ -58,8 +58,10 @@ def test_every_claim_has_a_case():
     assert {case[0] for case in CASES} == set(EXPERIMENT.spec.claims)
 
 
-def test_the_phase_claim_judges_every_depth_and_the_default_has_two():
-    """One failing depth fails the claim; the default grid runs depths 2 and 3, 3 seeds."""
+def test_the_phase_claim_judges_every_depth_and_the_default_has_three():
+    """One failing depth fails the claim; the default grid runs depths 2-4 up to the paper's
+    largest gamma 0.8, 3 seeds."""
     params = EXPERIMENT.preset("default")
-    assert params["depths"] == [2, 3] and params["seeds"] == [0, 1, 2]
-    assert len(EXPERIMENT.arms(params)) == 2 * 3 * 3
+    assert params["depths"] == [2, 3, 4] and params["seeds"] == [0, 1, 2]
+    assert max(params["gammas"]) == 0.8
+    assert len(EXPERIMENT.arms(params)) == 3 * 4 * 3
