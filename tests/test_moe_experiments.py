@@ -82,6 +82,18 @@ def test_moe_variants_quick_reports_every_variant(tmp_path_factory):
     assert shares["dense"] == "-" and 0.25 <= float(shares["Switch, 4x experts"]) <= 1
 
 
+def test_moe_variants_arms_take_the_presets_gamma_and_no_reg_drops_it():
+    from sglab.experiments.moe.moe_variants import variants
+    table = variants(16, 16, 4, 1e-3)
+    sigma_arms = [name for name, arm in table.items()
+                  if arm.get("model.ffn.kind") in ("sigma_moe", "s_base") and name != "no reg"]
+    assert len(sigma_arms) == 9
+    assert all(table[name]["model.ffn.reg_weight"] == 1e-3 for name in sigma_arms)
+    assert table["no reg"]["model.ffn.reg_weight"] == 0.0
+    assert table["Switch (K=1)"]["model.ffn.reg_weight"] == 0.01  # its own balancing loss
+    assert registry.experiment("moe-variants").preset("default")["reg_weight"] == 1e-3
+
+
 @pytest.fixture(scope="module")
 def ffn_approx_quick(tmp_path_factory):
     return _run("ffn-approx", tmp_path_factory)

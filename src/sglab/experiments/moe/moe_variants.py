@@ -30,7 +30,7 @@ from sglab.experiments.spec import ExperimentParams, RunConfigDict
 from sglab.models.ffn import param_matched_d_ff
 
 
-def variants(n: int, g: int, k: int) -> dict[str, dict[str, Any]]:
+def variants(n: int, g: int, k: int, reg: float) -> dict[str, dict[str, Any]]:
     # Switch and softmax after top-K as the authors' code trained the runs behind Tab. 7.4:
     # the Switch loss at its f.p / N_E scale, N_E^2 below Eq. 7.16's (layers/moe_layer.py:
     # 458-467), and the softmax-after ablation's entropy term over its K chosen slots, not
@@ -38,23 +38,23 @@ def variants(n: int, g: int, k: int) -> dict[str, dict[str, Any]]:
     switch = {"model.ffn.kind": "switch", "model.ffn.experts": n, "model.ffn.expert_size": g,
               "model.ffn.top_k": 1, "model.ffn.reg_weight": 0.01, "model.ffn.loss_scale": "code"}
     softmax_after = {"selection": "softmax_after", "reg_scope": "selected"}
-    s_base = {**sigma_moe(n, g, k), "model.ffn.kind": "s_base"}
+    s_base = {**sigma_moe(n, g, k, reg), "model.ffn.kind": "s_base"}
     return {
         "dense": {"model.ffn.d_ff": param_matched_d_ff(n, g)},
-        "sigma-MoE": sigma_moe(n, g, k),
-        "softmax (after top-k)": sigma_moe(n, g, k, **softmax_after),
-        "softmax (before top-k)": sigma_moe(n, g, k, selection="softmax_before"),
-        "standard init": sigma_moe(n, g, k, init="standard"),
+        "sigma-MoE": sigma_moe(n, g, k, reg),
+        "softmax (after top-k)": sigma_moe(n, g, k, reg, **softmax_after),
+        "softmax (before top-k)": sigma_moe(n, g, k, reg, selection="softmax_before"),
+        "standard init": sigma_moe(n, g, k, reg, init="standard"),
         "no reg": sigma_moe(n, g, k, reg=0.0),
-        "K=1": sigma_moe(n, g, 1),
+        "K=1": sigma_moe(n, g, 1, reg),
         "Switch (K=1)": switch,
         f"S-BASE (K={k})": s_base,
         "S-BASE (K=1)": {**s_base, "model.ffn.top_k": 1},
-        "sigma-MoE, 4x experts": sigma_moe(4 * n, g, k),
+        "sigma-MoE, 4x experts": sigma_moe(4 * n, g, k, reg),
         "dense twin of 4x experts": {"model.ffn.d_ff": param_matched_d_ff(4 * n, g)},
         # Fig. 7.3's collapse shows with many experts (WT-S*: 128)
         "Switch, 4x experts": {**switch, "model.ffn.experts": 4 * n},
-        "softmax (after top-k), 4x experts": sigma_moe(4 * n, g, k, **softmax_after),
+        "softmax (after top-k), 4x experts": sigma_moe(4 * n, g, k, reg, **softmax_after),
     }
 
 
@@ -63,6 +63,7 @@ class MoeVariantsParams(ExperimentParams):
     experts: int = Field(gt=0)  # N_E of the σ-MoE and its ablations (the wide arms: 4 N_E)
     expert_size: int = Field(gt=0)  # G, units per expert
     top_k: int = Field(ge=2)  # K, experts per token of the σ-MoE and S-BASE (K = 1: own arms)
+    reg_weight: float = Field(ge=0)  # γ of the σ-MoE's entropy regulariser (Eq. 7.20; WT-S 1e-3)
 
 
 WIDE = ["sigma-MoE, 4x experts", "Switch, 4x experts", "softmax (after top-k), 4x experts"]
@@ -73,7 +74,8 @@ class MoeVariants(Experiment):
     params_model = MoeVariantsParams
 
     def arms(self, params: dict[str, Any]) -> list[Arm]:
-        table = variants(params["experts"], params["expert_size"], params["top_k"])
+        table = variants(params["experts"], params["expert_size"], params["top_k"],
+                         params["reg_weight"])
         return [Arm({"variant": name}, params["base"], overrides, seed)
                 for name, overrides in table.items() for seed in params["seeds"]]
 
