@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sglab.config import build_run_config
+from sglab.errors import SglabError
 from sglab.tasks import build_task
 from sglab.tasks.mathematics import (
     PLACE_NAMES,
@@ -48,6 +49,30 @@ def test_place_value_answers_are_the_named_digit_and_extrapolation_is_longer():
             assert answer == number[len(number) - 1 - place]
             lengths.setdefault(split, []).append(len(number))
     assert max(lengths["train"]) <= 9 < min(lengths["ood_test"])
+
+
+def test_generator_sampling_draws_place_value_numbers_as_the_published_generator():
+    # modules/numbers.py: an integer uniform in [1, 10^e + 1]; e ~ U[3, 10] in training,
+    # 8 for interpolate, 12 for extrapolate: mostly e-digit numbers, and training reaches
+    # 10 digits (the billions place), extrapolation the ten and hundred billions
+    rng = np.random.default_rng(2)
+    lengths = {}
+    for split in ("train", "iid_valid", "ood_test"):
+        for question, answer in generate("numbers__place_value", split, 2000, rng, "generator"):
+            position, number = parse_place_value(question)
+            assert answer == number[len(number) - 1 - position] and number[0] != "0"
+            lengths.setdefault(split, []).append(len(number))
+    train, interpolate, extrapolate = (np.array(lengths[s]) for s in ("train", "iid_valid",
+                                                                      "ood_test"))
+    assert train.max() == 10 and 0.05 < np.mean(train == 10) < 0.12
+    assert 0.85 < np.mean(interpolate == 8) < 0.95 and interpolate.max() == 8
+    assert 0.85 < np.mean(extrapolate == 12) < 0.95 and np.mean(extrapolate >= 11) > 0.97
+
+
+def test_generator_sampling_is_refused_for_add_or_sub():
+    with pytest.raises(SglabError, match="numbers__place_value only"):
+        build_run_config({"task": {"name": "mathematics", "module": "arithmetic__add_or_sub",
+                                   "number_sampling": "generator"}})
 
 
 def test_format_decimal():

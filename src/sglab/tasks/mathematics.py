@@ -18,11 +18,18 @@ ood_test          extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits
                   (the ``*_big`` modules)               place names: billions and up)
 ================  ===================================  =================================
 
+``number_sampling="generator"`` draws place_value's numbers as the published generator does
+(``modules/numbers.py``): an integer uniform in [1, 10^e + 1] for an entropy e, with e ~ U[3, 10]
+in training (so up to 10 digits, the billions place included), e = 8 for interpolate (about 90%
+8-digit numbers) and e = 12 for extrapolate (about 90% 12-digit numbers: the ten and hundred
+billions places are new).
+
 Difficulty levels (``difficulty_splits``, thesis App. B.3.7: the net trains on every level,
 a weight mask on ``easy`` alone, both are tested on ``hard``): the training range is cut
 into thirds, as the published generator cuts its entropy range into the easy, medium and
 hard training files (add_or_sub: entropy [3, 5.33), [5.33, 7.67), [7.67, 10]; place_value:
-2-4, 5-7, 8-9 digits). ``train_difficulty`` trains on one level; ``easy_test``,
+2-4, 5-7, 8-9 digits, or the entropy thirds with ``number_sampling="generator"``).
+``train_difficulty`` trains on one level; ``easy_test``,
 ``medium_test`` and ``hard_test`` hold ``eval_size`` questions of each level, drawn from
 a stream of their own so the other splits stay as they are without them.
 
@@ -36,13 +43,14 @@ trailing zeros.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sglab import registry
 from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
@@ -66,12 +74,16 @@ DIFFICULTY = {
 }
 
 LEVELS = ("easy", "medium", "hard")
+ENTROPY_THIRDS = {"easy": (3, 3 + 7 / 3), "medium": (3 + 7 / 3, 3 + 14 / 3), "hard": (3 + 14 / 3, 10)}
 # thirds of the training range: entropy for add_or_sub, inclusive digit counts for place_value
 DIFFICULTY_LEVELS = {
-    "arithmetic__add_or_sub": {"easy": (3, 3 + 7 / 3), "medium": (3 + 7 / 3, 3 + 14 / 3),
-                               "hard": (3 + 14 / 3, 10)},
+    "arithmetic__add_or_sub": ENTROPY_THIRDS,
     "numbers__place_value": {"easy": (2, 4), "medium": (5, 7), "hard": (8, 9)},
 }
+# place_value's entropy ranges with number_sampling="generator" (the published generator's
+# _ENTROPY_TRAIN, _ENTROPY_INTERPOLATE and _ENTROPY_EXTRAPOLATE; its training files are the
+# thirds of the training range, ENTROPY_THIRDS)
+PLACE_VALUE_ENTROPY = {"train": (3, 10), "iid_valid": (8, 8), "ood_test": (12, 12)}
 
 
 def format_decimal(value: Decimal) -> str:
@@ -124,23 +136,57 @@ def parse_place_value(question: str) -> tuple[int, str]:
 def place_value_example(rng: np.random.Generator, digits: int) -> tuple[str, str]:
     leading = str(int(rng.integers(1, 10)))
     rest = "".join(str(int(d)) for d in rng.integers(0, 10, size=digits - 1))
-    number = leading + rest
-    position = int(rng.integers(len(number)))  # counted from the units digit
+    return place_value_question_about(rng, leading + rest)
+
+
+def generator_integer(rng: np.random.Generator, entropy: float) -> int:
+    """A positive integer as the published generator draws one with ``entropy`` (and
+    ``min_abs=1``): uniform in [1, ceil(10**entropy + 1)]."""
+    return int(rng.integers(1, math.ceil(10.0 ** entropy + 1) + 1))
+
+
+def place_value_question_about(rng: np.random.Generator, number: str) -> tuple[str, str]:
+    position = int(rng.integers(len(number)))  # counted from the units digit, uniform
     return place_value_question(number, position)
 
 
-def generate(module: str, split: str, n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
+NumberSampling = Literal["digits", "generator"]
+
+
+def difficulty_of(module: str, split: str, number_sampling: NumberSampling = "digits"
+                  ) -> tuple[float, float]:
+    """(low, high) of a split: entropy, or for place_value with ``digits`` the digit count."""
+    if module == "numbers__place_value" and number_sampling == "generator":
+        return PLACE_VALUE_ENTROPY[split]
+    return DIFFICULTY[module][split]
+
+
+def level_of(module: str, level: str, number_sampling: NumberSampling = "digits"
+             ) -> tuple[float, float]:
+    """(low, high) of a third of the training range (``easy``, ``medium``, ``hard``)."""
+    if module == "numbers__place_value" and number_sampling == "generator":
+        return ENTROPY_THIRDS[level]
+    return DIFFICULTY_LEVELS[module][level]
+
+
+def generate(module: str, split: str, n: int, rng: np.random.Generator,
+             number_sampling: NumberSampling = "digits") -> list[tuple[str, str]]:
     """``n`` examples of a module at a split's difficulty (duplicates possible)."""
-    return generate_in(module, DIFFICULTY[module][split], n, rng)
+    return generate_in(module, difficulty_of(module, split, number_sampling), n, rng,
+                       number_sampling)
 
 
 def generate_in(module: str, difficulty: tuple[float, float], n: int,
-                rng: np.random.Generator) -> list[tuple[str, str]]:
-    """``n`` examples with entropy (add_or_sub) or digit count (place_value) drawn uniformly
-    from ``difficulty`` = (low, high)."""
+                rng: np.random.Generator, number_sampling: NumberSampling = "digits"
+                ) -> list[tuple[str, str]]:
+    """``n`` examples with entropy (add_or_sub; place_value with ``generator``) or digit count
+    (place_value with ``digits``) drawn uniformly from ``difficulty`` = (low, high)."""
     low, high = difficulty
     if module == "arithmetic__add_or_sub":
         return [add_or_sub_example(rng, rng.uniform(low, high)) for _ in range(n)]
+    if number_sampling == "generator":
+        return [place_value_question_about(rng, str(generator_integer(rng, rng.uniform(low, high))))
+                for _ in range(n)]
     return [place_value_example(rng, int(rng.integers(low, high + 1))) for _ in range(n)]
 
 
@@ -155,6 +201,19 @@ class MathematicsConfig(Seq2SeqTaskConfig):
     difficulty_splits: bool = Field(
         False, description="Also evaluate on easy_test, medium_test and hard_test (eval_size "
                            "questions of each level, kept out of training).")
+    number_sampling: NumberSampling = Field(
+        "digits", description="place_value only. digits: a digit count uniform in 2-9 (train, "
+                              "interpolate) or 10-12 (extrapolate); generator: as the published "
+                              "generator, an integer uniform in [1, 10^e + 1], entropy e ~ U[3, 10] "
+                              "(train), 8 (interpolate), 12 (extrapolate).")
+
+    @model_validator(mode="after")
+    def _sampling_applies(self) -> MathematicsConfig:
+        if self.number_sampling != "digits" and self.module != "numbers__place_value":
+            raise ValueError(f"task.number_sampling={self.number_sampling} applies to "
+                             "numbers__place_value only; drop it for module "
+                             f"{self.module}")
+        return self
 
     def evaluation_splits(self) -> list[str]:
         levels = [f"{level}_test" for level in LEVELS] if self.difficulty_splits else []
@@ -173,16 +232,19 @@ class MathematicsTask(Seq2SeqTask):
     def build_examples(self) -> dict[str, list[tuple[str, str]]]:
         cfg = self.config
         rng = np.random.default_rng(cfg.data_seed)
-        held_out = {split: generate(cfg.module, split, cfg.eval_size, rng)
+        sampling = cfg.number_sampling
+        held_out = {split: generate(cfg.module, split, cfg.eval_size, rng, sampling)
                     for split in ("iid_valid", "ood_test")}
         if cfg.difficulty_splits:
             levels = np.random.default_rng([cfg.data_seed, 1])
-            held_out.update({f"{level}_test": generate_in(cfg.module, range_, cfg.eval_size, levels)
-                             for level, range_ in DIFFICULTY_LEVELS[cfg.module].items()})
+            held_out.update({f"{level}_test": generate_in(cfg.module,
+                                                          level_of(cfg.module, level, sampling),
+                                                          cfg.eval_size, levels, sampling)
+                             for level in LEVELS})
         seen = {q for examples in held_out.values() for q, _ in examples}
-        difficulty = (DIFFICULTY[cfg.module]["train"] if cfg.train_difficulty == "all"
-                      else DIFFICULTY_LEVELS[cfg.module][cfg.train_difficulty])
-        train = [e for e in generate_in(cfg.module, difficulty, cfg.train_size, rng)
+        difficulty = (difficulty_of(cfg.module, "train", sampling) if cfg.train_difficulty == "all"
+                      else level_of(cfg.module, cfg.train_difficulty, sampling))
+        train = [e for e in generate_in(cfg.module, difficulty, cfg.train_size, rng, sampling)
                  if e[0] not in seen]
         return {"train": train, **held_out}
 
@@ -193,7 +255,9 @@ class MathematicsTask(Seq2SeqTask):
             return {}
         parsed = [parse_place_value(question) for question, _ in pairs]
         place = torch.tensor([position for position, _ in parsed])
-        trained_places = DIFFICULTY["numbers__place_value"]["train"][1]  # longest train number
+        # the longest training number: 9 digits, or 10 from the generator's entropy up to 10
+        trained_places = (10 if self.config.number_sampling == "generator"
+                          else DIFFICULTY["numbers__place_value"]["train"][1])
         return {"place": place, "digits": torch.tensor([len(number) for _, number in parsed]),
                 "place_in_train": (place < trained_places).long()}
 

@@ -4,8 +4,9 @@ Thesis chapter 4 (Csordás et al. 2021, "The Devil is in the Detail"), Tables 4.
 and C.5; a scaled-down "stretch" reproduction. Encoder-decoder Transformers
 {Transformer, Universal, Relative, Relative Universal} read a place-value question
 character by character (``What is the hundreds digit of 17105927?`` -> ``9``), trained
-on 2-9 digit numbers and tested on the interpolate split (the IID set, same
-difficulty) and the extrapolate split (10-12 digit numbers). Sequence-level exact
+on numbers drawn as the published generator draws them (entropy 3-10, up to 10 digits)
+and tested on the interpolate split (entropy 8, mostly 8 digits) and the extrapolate
+split (entropy 12, mostly 12 digits). Sequence-level exact
 match, EOS trained, greedy decoding (task ``mathematics``, module
 ``numbers__place_value``).
 
@@ -121,9 +122,10 @@ class MathPlaceValue(Experiment):
         place = "place k (the 10^k digit)"
         sections = [{
             "title": "Accuracy per variant", "tables": [table],
-            "text": "Interpolate (IID): held-out questions about 2-9 digit numbers, like "
-                    "training. Extrapolate: 10-12 digit numbers; its questions about the "
-                    "billions, ten billions and hundred billions digits name places that no "
+            "text": "Training: numbers drawn as the published generator draws them (entropy "
+                    "3-10, up to 10 digits). Interpolate (IID): held-out questions at entropy 8 "
+                    "(mostly 8 digits). Extrapolate: entropy 12 (mostly 12 digits); its "
+                    "questions about the ten and hundred billions digits name places that no "
                     "training question names. Early stop: the checkpoint that early stopping "
                     f"on the interpolate loss (patience {patience} evaluations) "
                     "would keep. The thesis numbers are means ± std over 5 seeds at the sizes "
@@ -139,7 +141,7 @@ class MathPlaceValue(Experiment):
                      ("extrapolate: accuracy by number length", runs,
                       f"{OOD}/exact_match/digits=", "digits in the number")],
                     variants, out_dir, "by_place", "accuracy by place and length",
-                    "Final exact match per asked place (k: the digit worth 10^k; k ≥ 9 never "
+                    "Final exact match per asked place (k: the digit worth 10^k; k ≥ 10 never "
                     "asked in training) and per number length (mean over seeds)."),
             ],
         }]
