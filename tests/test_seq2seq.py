@@ -104,6 +104,35 @@ def test_relative_encoder_is_translation_invariant_and_absolute_is_not(scan_task
         assert torch.allclose(plain, moved, atol=1e-5) == invariant
 
 
+def test_encoder_sos_prepends_a_token_of_its_own_that_every_position_sees(scan_task):
+    model = _model(scan_task, "model.encoder_sos=true", "model.pos_encoding=relative")
+    plain = _model(scan_task, "model.pos_encoding=relative")
+    assert model.source_embedding.num_embeddings == plain.source_embedding.num_embeddings + 1
+    source = torch.tensor([[5, 6, 1, 0]])
+    mask = source != 0
+    ids, extended = model.with_sos(source, mask)
+    assert ids.tolist() == [[len(scan_task.vocab), 5, 6, 1, 0]]
+    assert extended.tolist() == [[True, True, True, True, False]]
+    # the start token's embedding changes what the decoder predicts; padding does not
+    target = torch.tensor([[1, 15, 16]])
+    before = model(target, source_ids=source, source_mask=mask)
+    with torch.no_grad():
+        model.source_embedding.weight[-1] += 1.0
+    assert not torch.allclose(before, model(target, source_ids=source, source_mask=mask))
+    padded = torch.tensor([[5, 6, 1, 0, 0]])
+    assert torch.allclose(model(target, source_ids=source, source_mask=mask),
+                          model(target, source_ids=padded, source_mask=padded != 0), atol=1e-5)
+    decoded = model.generate(source, mask, max_steps=4, eos_id=1)
+    assert len(decoded) == 1 and len(decoded[0]) <= 4
+
+
+def test_embedding_dropout_sets_the_input_dropout_apart_from_the_layers(scan_task):
+    assert _model(scan_task, "model.dropout=0.3").drop.p == 0.3
+    model = _model(scan_task, "model.dropout=0.3", "model.embedding_dropout=0.0")
+    assert model.drop.p == 0.0
+    assert any(getattr(m, "p", 0.0) == 0.3 for m in model.encoder.modules())
+
+
 def test_decoder_is_causal(scan_task):
     model = _model(scan_task, "model.pos_encoding=relative")
     source = torch.tensor([[5, 6, 1]])
@@ -176,6 +205,9 @@ class _Scripted(torch.nn.Module):
     def __init__(self, script, eos):
         super().__init__()
         self.script, self.eos, self.vocab = script, eos, 8
+
+    def with_sos(self, source_ids, source_mask):
+        return source_ids, source_mask
 
     def encode(self, source_ids, source_mask):
         return source_ids

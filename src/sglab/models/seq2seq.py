@@ -68,6 +68,14 @@ class Seq2SeqConfig(ModelConfig):
         "ped", description="teu: Glorot init, tokens x sqrt(d); none: N(0,1); "
                            "ped: Kaiming init, positions / sqrt(d).")
     dropout: float = Field(0.1, ge=0, lt=1)
+    embedding_dropout: float | None = Field(
+        None, ge=0, lt=1, description="Dropout on the embedded inputs of the encoder and the "
+                                      "decoder; None: model.dropout. The thesis code drops "
+                                      "them in its positional encoding, which its relative "
+                                      "models replace by the identity (no dropout).")
+    encoder_sos: bool = Field(False, description="Prepend a start token of its own to every "
+                                                 "encoder input (<sos> x <eos>), as the thesis "
+                                                 "code's encoder does.")
     bias: bool = Field(True, description="Biases in linear layers and LayerNorms.")
     tie_embeddings: bool = Field(True, description="Output logits from the decoder's input "
                                                    "embedding table; false: a separate "
@@ -131,7 +139,8 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder = nn.ModuleList(Block(encoder_config, i, None) for i in range(unique))
         self.decoder = nn.ModuleList(Block(decoder_config, i, None, cross_attention=True)
                                      for i in range(unique))
-        self.source_embedding = nn.Embedding(vocab_size, config.d_model)
+        # the encoder's start token, if any, is the id after the shared vocabulary
+        self.source_embedding = nn.Embedding(vocab_size + int(config.encoder_sos), config.d_model)
         self.target_embedding = nn.Embedding(vocab_size, config.d_model)
         if config.tie_embeddings:
             self.output_bias = nn.Parameter(torch.zeros(vocab_size))
@@ -144,7 +153,8 @@ class Seq2SeqTransformer(nn.Module):
                                  persistent=False)
         else:
             self.positions = None
-        self.drop = Dropout(config.dropout)
+        self.drop = Dropout(config.dropout if config.embedding_dropout is None
+                            else config.embedding_dropout)
         self.source_embed, self.target_embed, self.final = HookPoint(), HookPoint(), HookPoint()
         self._init_weights()
 
@@ -170,7 +180,19 @@ class Seq2SeqTransformer(nn.Module):
             x = x + self.position_scale * table_p[:length]
         return x
 
+    def with_sos(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder input with the start token prepended (if ``encoder_sos``) and its mask
+        (True: a token to attend to)."""
+        if not self.config.encoder_sos:
+            return source_ids, source_mask
+        sos = torch.full_like(source_ids[:, :1], self.source_embedding.num_embeddings - 1)
+        if source_mask is not None:
+            source_mask = torch.cat([torch.ones_like(source_mask[:, :1]), source_mask], 1)
+        return torch.cat([sos, source_ids], 1), source_mask
+
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
+        """Encoder states of ``source_ids`` as given (see :meth:`with_sos`)."""
         x = self.drop(self.source_embed(self._embed(self.source_embedding, source_ids)))
         for block in self.layers(self.encoder):
             x = block(x, source_mask)
@@ -192,6 +214,7 @@ class Seq2SeqTransformer(nn.Module):
         if source_ids is None:
             raise SglabError("model.name=seq2seq needs a sequence-to-sequence task that supplies "
                              "source_ids, e.g. task.name=scan")
+        source_ids, source_mask = self.with_sos(source_ids, source_mask)
         return self.decode(input_ids, self.encode(source_ids, source_mask), source_mask)
 
     @torch.no_grad()
@@ -204,6 +227,7 @@ class Seq2SeqTransformer(nn.Module):
         The whole prefix is re-decoded at every step, which keeps relative distances
         exact without a cache (sequences here are short).
         """
+        source_ids, source_mask = self.with_sos(source_ids, source_mask)
         memory = self.encode(source_ids, source_mask)
         return greedy_decode(lambda ids: self.decode(ids, memory, source_mask)[:, -1],
                              source_ids.shape[0], max_steps, eos_id, suppress_eos,
