@@ -21,9 +21,9 @@ much better than the absolute-position variants (Table 4.4); the Universal and R
 Universal Transformers both reach ~100% on the interpolate split (Table 4.3), which
 therefore cannot tell them apart.
 
-The extrapolate split also asks for places no training question names (billions and
-up: 18% of its questions), so accuracy on the places seen in training is reported
-beside the total.
+The extrapolate split also asks for places no training question names (ten billions
+and up: about 16% of its questions), so accuracy on the places seen in training is
+reported beside the total.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class MathPlaceValue(Experiment):
                  "columns": ["variant", "embedding scaling", "parameters", "interpolate (IID)",
                              "best interpolate during training", "extrapolate",
                              "extrapolate, places seen in training",
-                             "extrapolate, new places (billions and up)",
+                             "extrapolate, new places (ten billions and up)",
                              "best extrapolate during training",
                              "extrapolate at the IID-loss early stop",
                              "thesis interpolate (Table 4.3)", "thesis extrapolate (Table 4.4)"],
