@@ -153,26 +153,19 @@ def place_value_question_about(rng: np.random.Generator, number: str) -> tuple[s
 NumberSampling = Literal["digits", "generator"]
 
 
-def difficulty_of(module: str, split: str, number_sampling: NumberSampling = "digits"
-                  ) -> tuple[float, float]:
-    """(low, high) of a split: entropy, or for place_value with ``digits`` the digit count."""
+def difficulty_tables(module: str, number_sampling: NumberSampling = "digits"
+                      ) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]]:
+    """(low, high) per split and per third of the training range (``easy``, ``medium``,
+    ``hard``): entropy, or for place_value with ``digits`` the digit count."""
     if module == "numbers__place_value" and number_sampling == "generator":
-        return PLACE_VALUE_ENTROPY[split]
-    return DIFFICULTY[module][split]
-
-
-def level_of(module: str, level: str, number_sampling: NumberSampling = "digits"
-             ) -> tuple[float, float]:
-    """(low, high) of a third of the training range (``easy``, ``medium``, ``hard``)."""
-    if module == "numbers__place_value" and number_sampling == "generator":
-        return ENTROPY_THIRDS[level]
-    return DIFFICULTY_LEVELS[module][level]
+        return PLACE_VALUE_ENTROPY, ENTROPY_THIRDS
+    return DIFFICULTY[module], DIFFICULTY_LEVELS[module]
 
 
 def generate(module: str, split: str, n: int, rng: np.random.Generator,
              number_sampling: NumberSampling = "digits") -> list[tuple[str, str]]:
     """``n`` examples of a module at a split's difficulty (duplicates possible)."""
-    return generate_in(module, difficulty_of(module, split, number_sampling), n, rng,
+    return generate_in(module, difficulty_tables(module, number_sampling)[0][split], n, rng,
                        number_sampling)
 
 
@@ -233,17 +226,17 @@ class MathematicsTask(Seq2SeqTask):
         cfg = self.config
         rng = np.random.default_rng(cfg.data_seed)
         sampling = cfg.number_sampling
+        splits, levels_of = difficulty_tables(cfg.module, sampling)
         held_out = {split: generate(cfg.module, split, cfg.eval_size, rng, sampling)
                     for split in ("iid_valid", "ood_test")}
         if cfg.difficulty_splits:
             levels = np.random.default_rng([cfg.data_seed, 1])
-            held_out.update({f"{level}_test": generate_in(cfg.module,
-                                                          level_of(cfg.module, level, sampling),
+            held_out.update({f"{level}_test": generate_in(cfg.module, levels_of[level],
                                                           cfg.eval_size, levels, sampling)
                              for level in LEVELS})
         seen = {q for examples in held_out.values() for q, _ in examples}
-        difficulty = (difficulty_of(cfg.module, "train", sampling) if cfg.train_difficulty == "all"
-                      else level_of(cfg.module, cfg.train_difficulty, sampling))
+        difficulty = (splits["train"] if cfg.train_difficulty == "all"
+                      else levels_of[cfg.train_difficulty])
         train = [e for e in generate_in(cfg.module, difficulty, cfg.train_size, rng, sampling)
                  if e[0] not in seen]
         return {"train": train, **held_out}
@@ -255,9 +248,9 @@ class MathematicsTask(Seq2SeqTask):
             return {}
         parsed = [parse_place_value(question) for question, _ in pairs]
         place = torch.tensor([position for position, _ in parsed])
-        # the longest training number: 9 digits, or 10 from the generator's entropy up to 10
-        trained_places = (10 if self.config.number_sampling == "generator"
-                          else DIFFICULTY["numbers__place_value"]["train"][1])
+        # the longest training number: the top digit count, or the top entropy's digits
+        train_high = difficulty_tables(self.config.module, self.config.number_sampling)[0]["train"][1]
+        trained_places = math.ceil(train_high)
         return {"place": place, "digits": torch.tensor([len(number) for _, number in parsed]),
                 "place_in_train": (place < trained_places).long()}
 
