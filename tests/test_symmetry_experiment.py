@@ -3,11 +3,13 @@
 import json
 
 import pytest
+import torch
 
 from sglab import registry
 from sglab.cli import main
 from sglab.experiments import run_experiment
 from sglab.store import RunStore, read_labels
+from sglab.train.loop import processor
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,10 @@ def test_quick_preset_writes_results_and_a_self_contained_report(quick_results):
     assert nope["references"]["NoPE"]["mean"] == 1.0  # "nearly-perfect performance"
     assert results["verdicts"].endswith("NOT MEASURED")
     assert results["provenance"]["runs_trained"] == 9 and results["provenance"]["runs_reused"] == 0
+    here = processor(torch.device("cpu"))["processor"]
+    assert results["provenance"]["analyzed_on"] == here  # the analysis's machine, recorded
     html = (root / "out" / "report.html").read_text()
+    assert f"analyzed on {here}" in html
     assert html.count("data:image/png;base64") >= 3  # curves, bidirectional, correlations
     assert "mean ± std" in html
     assert len(results["runs"]) == 9  # 2 PE x 4 ablations x 1 seed + bidirectional

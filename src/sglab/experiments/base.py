@@ -238,6 +238,10 @@ def run_metrics(summary: dict) -> dict[str, Any]:
 def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict[str, Any]:
     """What produced a result: this sglab and machine, and for the runs how many this command
     trained and how many it found finished in the run store, under which sglab."""
+    import torch
+
+    from sglab.train.loop import processor
+
     trained, reused = [], {}
     for summary in summaries:
         finished_at = summary.get("finished_at")
@@ -249,6 +253,8 @@ def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict
     processors = sorted({s.get("processor", "unrecorded") for s in summaries})
     return {"sglab": provenance(), "python": platform.python_version(),
             "torch": _torch_version(), "processors": processors,
+            # where this command ran the analysis (all of an analysis-only experiment's work)
+            "analyzed_on": processor(torch.device("cpu"))["processor"],
             "runs_trained": len(trained), "runs_reused": sum(reused.values()),
             "reused_trained_by": reused,
             # the runs' own training time, summed: what the result cost whether its runs were

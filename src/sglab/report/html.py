@@ -114,7 +114,7 @@ def _labels_table(labels: list[dict]) -> dict:
 
 def describe_provenance(record: dict) -> str:
     """``sglab 0.1.0 (source ..., commit ...) on <CPU>; 27 runs trained by this command,
-    0 reused from the run store``."""
+    0 reused from the run store; analyzed on <CPU>``."""
     from sglab.provenance import describe
 
     reused = "; ".join(f"{n} trained by sglab {who}"
@@ -122,7 +122,8 @@ def describe_provenance(record: dict) -> str:
     return (f"sglab {describe(record.get('sglab'))}, torch {record.get('torch')}, on "
             f"{', '.join(record.get('processors') or ['-'])}; {record.get('runs_trained', 0)} runs "
             f"trained by this command, {record.get('runs_reused', 0)} reused from the run store"
-            + (f" ({reused})" if reused else ""))
+            + (f" ({reused})" if reused else "")
+            + (f"; analyzed on {record['analyzed_on']}" if record.get("analyzed_on") else ""))
 
 
 def render_results(results: dict, base_dir: Path) -> str:
