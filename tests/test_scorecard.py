@@ -25,13 +25,15 @@ def claim(claim_id, verdict, ours, seed_mean=1.0):
             "references": {"NDR": {"mean": seed_mean, "std": 0.0, "seeds": 5}}}
 
 
-def write(root: Path, experiment: str, preset: str, claims: list[dict]) -> None:
+def write(root: Path, experiment: str, preset: str, claims: list[dict],
+          runs: tuple[int, int] = (2, 4)) -> None:
     directory = root / experiment / preset
     directory.mkdir(parents=True)
     (directory / "results.json").write_text(json.dumps({
         "experiment": experiment, "preset": preset, "claims": claims, "seconds": 600,
         "created": "2026-12-05T10:00:00", "params": {"seeds": [0, 1]},
-        "provenance": {"runs_trained": 2, "runs_reused": 4, "run_seconds": 5400}}))
+        "provenance": {"runs_trained": runs[0], "runs_reused": runs[1],
+                       "run_seconds": 5400 if any(runs) else 0}}))
 
 
 def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
@@ -54,6 +56,12 @@ def test_the_scorecard_counts_verdicts_and_shows_both_numbers(tmp_path):
     assert page.count("<span title=") == 3 and "FAILS: 1" in page
     assert render_markdown(collect(tmp_path), ["ndr-ctl", "symmetry", "topics"]) == text
     assert "## Setup" not in text
+
+
+def test_an_experiment_that_trains_nothing_shows_its_analysis_time(tmp_path):
+    write(tmp_path, "topics-pretrained", "default", [claim("a", "QUALITATIVE", 0.9)], runs=(0, 0))
+    text = render_markdown(collect(tmp_path), ["topics-pretrained"])
+    assert "| topics-pretrained | default | 2026-12-05 | 2 | 0 / 0 | 10 min (analysis) |" in text
 
 
 def test_a_claim_judged_on_medians_shows_our_median(tmp_path):

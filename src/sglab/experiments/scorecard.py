@@ -52,10 +52,17 @@ class ExperimentResult:
         return f"{provenance['runs_trained']} / {provenance['runs_reused']}"
 
     def run_time(self) -> str:
-        seconds = (self.results.get("provenance") or {}).get("run_seconds")
+        """The runs' training time summed; for an analysis-only result (no runs), the time
+        of the analysis itself, marked so."""
+        provenance = self.results.get("provenance") or {}
+        seconds, suffix = provenance.get("run_seconds"), ""
+        trains_nothing = provenance.get("runs_trained") == provenance.get("runs_reused") == 0
+        if trains_nothing and self.results.get("seconds") is not None:
+            seconds, suffix = self.results["seconds"], " (analysis)"
         if seconds is None:
             return "-"
-        return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+        return (f"{seconds / 3600:.1f} h" if seconds >= 3600
+                else f"{seconds / 60:.0f} min") + suffix
 
 
 def collect(results_dir: Path) -> dict[str, list[ExperimentResult]]:
@@ -168,7 +175,8 @@ def render_markdown(found: dict[str, list[ExperimentResult]], registered: list[s
               f"Over the `default` results: {', '.join(f'{n} {v}' for v, n in totals.items())}.",
               "", "Runs: trained by the command that wrote the result / reused from the run store "
               "(trained earlier with the same config id). Run time: the runs' own training "
-              "time, summed (one thread each).", "",
+              "time, summed (one thread each); for an experiment that trains nothing, its "
+              "analysis's.", "",
               "| experiment | preset | measured | seeds | runs | run time | verdicts |",
               "|---|---|---|---|---|---|---|", *rows, "", *_setup_lines(scales or {}),
               "## Claims", "",
