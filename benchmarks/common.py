@@ -23,3 +23,9 @@ def parse_with_quick(parser: argparse.ArgumentParser, quick: dict[str, Any],
             if getattr(args, dest) == parser.get_default(dest):
                 setattr(args, dest, value)
     return args
+
+
+def significant(value: float, digits: int = 3) -> float:
+    """``value`` to ``digits`` significant figures: a slow rate (0.0225 steps/s) keeps its
+    figures where rounding to decimals would make it 0."""
+    return float(f"{value:.{digits}g}")

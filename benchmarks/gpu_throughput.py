@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import parse_with_quick
+from common import parse_with_quick, significant
 from matmul_rate import matmul_flops
 
 from sglab import registry
@@ -149,8 +149,8 @@ def main() -> int:
             break
         steps_per_second = summaries[0]["train_steps_per_second"]
         tokens_per_second = sum(s["train_tokens_per_second"] for s in summaries)
-        row.update({"steps_per_second": round(steps_per_second, 2),
-                    "member_steps_per_second": round(size * steps_per_second, 1),
+        row.update({"steps_per_second": significant(steps_per_second),
+                    "member_steps_per_second": significant(size * steps_per_second),
                     "tokens_per_second": round(tokens_per_second),
                     "peak_fraction": round(flops_per_token * tokens_per_second / peak, 4)})
         if cuda:

@@ -65,3 +65,16 @@ def test_quick_only_replaces_options_left_at_their_default():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
     assert parse_with_quick(parser, {"steps": 10}, []).steps == 300
+
+
+def test_rates_keep_their_significant_figures():
+    """A paper-size model on a CPU steps at about 0.02 steps/s: rounding it to decimals made
+    the grid projection divide by zero."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from common import significant
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert significant(0.022481) == 0.0225
+    assert significant(1234.5) == 1230.0
+    assert significant(27.14) == 27.1
