@@ -252,7 +252,7 @@ def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict
             reused[trained_by] = reused.get(trained_by, 0) + 1
     processors = sorted({s.get("processor", "unrecorded") for s in summaries})
     return {"sglab": provenance(), "python": platform.python_version(),
-            "torch": _torch_version(), "processors": processors,
+            "torch": torch.__version__, "processors": processors,
             # where this command ran the analysis (all of an analysis-only experiment's work)
             "analyzed_on": processor(torch.device("cpu"))["processor"],
             "runs_trained": len(trained), "runs_reused": sum(reused.values()),
@@ -260,12 +260,6 @@ def run_provenance(summaries: list[dict], started_at: datetime.datetime) -> dict
             # the runs' own training time, summed: what the result cost whether its runs were
             # trained by this command or reused (the command's wall time is "seconds")
             "run_seconds": round(sum(s.get("seconds") or 0 for s in summaries), 1)}
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
 
 
 __all__ = ["Arm", "Experiment", "RunSet", "run_experiment"]
