@@ -29,7 +29,7 @@ def extra_arguments(name: str, tmp_path: Path) -> list[str]:
 
 
 def test_every_script_is_covered():
-    assert len(scripts()) == 14
+    assert len(scripts()) == 15
     assert "mutation.py" in scripts()  # the mutation score (mutmut), quick: 6 mutants
     assert "common.py" not in scripts()
 

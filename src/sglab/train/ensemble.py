@@ -46,10 +46,10 @@ from sglab.train.loop import (
     RMSPROP_ALPHA,
     RMSPROP_EPS,
     Trainer,
+    cpu_settings,
     decays,
     pop_aux_loss,
     resolve_device,
-    torch_threads,
 )
 from sglab.train.schedule import RunProgress, run_schedule
 
@@ -150,7 +150,7 @@ class EnsembleTrainer:
     def _train(self, trainers: list[Trainer]) -> list[dict]:
         device = resolve_device(trainers[0].config.train.device)
         summaries: dict[str, dict] = {}
-        with ExitStack() as locks, torch_threads(trainers[0].config.train.threads, device):
+        with ExitStack() as locks, cpu_settings(trainers[0].config.train, device):
             for trainer in trainers:
                 locks.enter_context(RunLock(trainer.run_dir))
             to_train = []

@@ -35,13 +35,13 @@ from sglab.train.checkpoints import load_checkpoint, save_checkpoint
 from sglab.train.loop import (
     ENSEMBLE_SUFFIX,
     Trainer,
+    cpu_settings,
     load_run_config,
     load_trained,
     read_summary_file,
     resolve_device,
     select_weights,
     selection_split,
-    torch_threads,
     weight_norms,
 )
 
@@ -173,7 +173,7 @@ def _rescore_last_evaluation(source: Path, extended: RunConfig, records: list[di
     _, task, model = load_trained(source, "last")
     trainer = Trainer(extended, source.parent, printer=None)
     device = resolve_device(extended.train.device)
-    with torch_threads(extended.train.threads, device):
+    with cpu_settings(extended.train, device):
         model.to(device)
         record = {"step": done, "lr": last_line["lr"], "seconds": last_line["seconds"]}
         record.update(trainer.evaluate(task, model, device, extended.train.eval_max_examples))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from sglab.config import RunConfig, dump_yaml, load_yaml, validate
+from sglab.config import RunConfig, TrainConfig, dump_yaml, load_yaml, validate
 from sglab.errors import SglabError
 from sglab.io import atomic_write_json, atomic_write_text, print_line
 from sglab.models import build_model
@@ -196,15 +196,19 @@ class LoneStep:
 
 
 @contextmanager
-def torch_threads(threads: int | None, device: torch.device) -> Iterator[None]:
-    """torch's intra-op thread count set to ``threads`` (CPU only) inside the block and
-    restored after it."""
+def cpu_settings(train: TrainConfig, device: torch.device) -> Iterator[None]:
+    """On a CPU, torch's intra-op thread count set to ``train.threads`` and subnormal floats
+    flushed to zero when ``train.flush_denormal``, inside the block; both restored after it."""
     before = torch.get_num_threads()
-    if threads and device.type == "cpu":
-        torch.set_num_threads(threads)
+    on_cpu = device.type == "cpu"
+    if train.threads and on_cpu:
+        torch.set_num_threads(train.threads)
+    flushing = on_cpu and train.flush_denormal and torch.set_flush_denormal(True)
     try:
         yield
     finally:
+        if flushing:
+            torch.set_flush_denormal(False)
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
@@ -324,7 +328,7 @@ class Trainer:
                     f"pass --resume {self.run_id} to continue it"
                 )
             device = resolve_device(self.config.train.device)
-            with torch_threads(self.config.train.threads, device):
+            with cpu_settings(self.config.train, device):
                 run = self.prepare(device)
                 stepper = LoneStep(run)
                 return run_schedule([run], stepper, self.print)[self.run_id]
@@ -566,7 +570,7 @@ def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = Tr
 
 
 __all__ = ["ENSEMBLE_SUFFIX", "LoneStep", "Trainer", "execution_run_id", "learning_rate",
-           "load_model", "load_run_config", "load_trained", "resolve_device", "torch_threads",
+           "load_model", "load_run_config", "load_trained", "resolve_device", "cpu_settings",
            "train"]
 
 
