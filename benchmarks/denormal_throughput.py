@@ -76,14 +76,13 @@ def main() -> int:
         config = load_run_config(run_dir)
         device = torch.device("cpu")
         trainer = Trainer(config, run_dir.parent, printer=None)
-        torch.set_num_threads(args.threads)
         run = trainer.prepare(device)
         if run.step == 0:
             raise SystemExit(f"error: the checkpoint of {source} was not restored (its config "
                              f"does not match the run's id); nothing timed")
         stepper = LoneStep(run)
-        settings = {False: TrainConfig(device="cpu", flush_denormal=False),
-                    True: TrainConfig(device="cpu", flush_denormal=True)}
+        settings = {flush: TrainConfig(device="cpu", threads=args.threads, flush_denormal=flush)
+                    for flush in (False, True)}
         rates: dict[bool, list[float]] = {False: [], True: []}
         for round_ in range(args.rounds):
             for flush, train in settings.items():

@@ -569,8 +569,8 @@ def train(config: RunConfig, runs_dir: str | Path, store=None, resume: bool = Tr
     return Trainer(config, runs_dir, store=store, printer=printer, tag=tag).run(resume=resume)
 
 
-__all__ = ["ENSEMBLE_SUFFIX", "LoneStep", "Trainer", "execution_run_id", "learning_rate",
-           "load_model", "load_run_config", "load_trained", "resolve_device", "cpu_settings",
+__all__ = ["ENSEMBLE_SUFFIX", "LoneStep", "Trainer", "cpu_settings", "execution_run_id",
+           "learning_rate", "load_model", "load_run_config", "load_trained", "resolve_device",
            "train"]
 
 
