@@ -59,3 +59,13 @@ def test_off_by_default_keeps_run_ids_and_on_makes_a_new_one():
 def test_it_is_refused_on_a_gpu_where_it_does_nothing():
     with pytest.raises(ValueError, match="flush_denormal=true has no effect without device=cpu"):
         TrainConfig(device="cuda", flush_denormal=True)
+
+
+def test_the_cli_refuses_it_on_a_gpu_with_exit_2_and_writes_nothing(tmp_path, capsys):
+    from sglab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["train", "--set", "train.device=cuda", "--set", "train.flush_denormal=true",
+                 "--runs-dir", str(runs)]) == 2
+    assert "flush_denormal=true has no effect without device=cpu" in capsys.readouterr().err
+    assert not runs.exists()
