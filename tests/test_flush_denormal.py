@@ -4,6 +4,7 @@ restored after, and a config that leaves it off keeps its run id."""
 import pytest
 import torch
 
+from sglab.cli import main
 from sglab.config import TrainConfig
 from sglab.train import Trainer
 from sglab.train.loop import LoneStep, cpu_settings
@@ -62,8 +63,6 @@ def test_it_is_refused_on_a_gpu_where_it_does_nothing():
 
 
 def test_the_cli_refuses_it_on_a_gpu_with_exit_2_and_writes_nothing(tmp_path, capsys):
-    from sglab.cli import main
-
     runs = tmp_path / "runs"
     assert main(["train", "--set", "train.device=cuda", "--set", "train.flush_denormal=true",
                  "--runs-dir", str(runs)]) == 2
