@@ -1,22 +1,40 @@
-"""Two modules of the Mathematics Dataset (Saxton et al. 2019), generated in sglab.
+"""Six modules of the Mathematics Dataset (Saxton et al. 2019), generated in sglab.
 
 Character-level question -> answer pairs, e.g. ``What is -5 - 110911?`` -> ``-110916``
-(``arithmetic__add_or_sub``) and ``What is the hundreds digit of 17105927?`` -> ``9``
-(``numbers__place_value``). The published generator does not install beside current
-torch, so these are re-implementations of the two modules: same question templates
-(a representative subset), same answer rules, difficulty by number size. The data
-are statistically similar to the released files, not identical to them.
+(``arithmetic__add_or_sub``), ``What is the hundreds digit of 17105927?`` -> ``9``
+(``numbers__place_value``), ``Solve 0 = 4*b + 3*b + 21 for b.`` -> ``-3``
+(``algebra__linear_1d``), ``Differentiate 2*j**3 - 5*j + 7 wrt j.`` -> ``6*j**2 - 5``
+(``calculus__differentiate``), ``Sort -2, 0.4, 1/3 in decreasing order.`` -> ``0.4, 1/3, -2``
+(``comparison__sort``) and ``Collect the terms in -2*w + 7*w**2 + 5*w.`` -> ``7*w**2 + 3*w``
+(``polynomials__collect``). The published generator does not install beside current
+torch, so these are re-implementations: add_or_sub and place_value with the same question
+templates (a representative subset), same answer rules, difficulty by number size; the
+other four (:mod:`sglab.tasks.mathematics_modules`, their pure variants only: no
+``Let x = ...`` compositions) with the generator's templates and rules for spending the
+entropy. The data are statistically similar to the released files, not identical to them.
 
 Difficulty settings (``entropy`` = decimal digits of randomness in a question):
 
-================  ===================================  =================================
-split             arithmetic__add_or_sub               numbers__place_value
-================  ===================================  =================================
-train             entropy ~ U[3, 10] (easy..hard)      2-9 digit integers
-iid_valid         interpolate: entropy ~ U[8, 10]      interpolate: 2-9 digits
-ood_test          extrapolate: entropy ~ U[12, 14]     extrapolate: 10-12 digits (new
-                  (the ``*_big`` modules)               place names: billions and up)
-================  ===================================  =================================
+==========  ==============================  ====================  ===============================
+split       arithmetic__add_or_sub          numbers__place_value  linear_1d, differentiate, sort,
+                                                                  collect
+==========  ==============================  ====================  ===============================
+train       entropy ~ U[3, 10]              2-9 digit integers    entropy ~ U[3, 10]
+            (easy..hard)
+iid_valid   interpolate: entropy ~ U[8, 10] interpolate: 2-9      interpolate: entropy 8
+                                            digits
+ood_test    extrapolate: entropy ~ U[12,    extrapolate: 10-12    entropy 12; sort: the
+            14] (the ``*_big`` modules)     digits (new place     generator's ``sort_more`` (9-10
+                                            names: billions and   numbers, entropy 12); the
+                                            up)                   generator has no extrapolation
+                                                                  for linear_1d, differentiate
+                                                                  and collect, so 12 is its
+                                                                  extrapolation entropy of
+                                                                  algebra.py and comparison.py
+==========  ==============================  ====================  ===============================
+
+As the generator, the four entropy modules drop and draw again questions over 160 characters
+and answers over 30 (add_or_sub never reaches them).
 
 ``number_sampling="generator"`` draws place_value's numbers as the published generator does
 (``modules/numbers.py``): an integer uniform in [1, 10^e + 1] for an entropy e, with e ~ U[3, 10]
@@ -27,7 +45,7 @@ billions places are new).
 Difficulty levels (``difficulty_splits``, thesis App. B.3.7: the net trains on every level,
 a weight mask on ``easy`` alone, both are tested on ``hard``): the training range is cut
 into thirds, as the published generator cuts its entropy range into the easy, medium and
-hard training files (add_or_sub: entropy [3, 5.33), [5.33, 7.67), [7.67, 10]; place_value:
+hard training files (entropy [3, 5.33), [5.33, 7.67), [7.67, 10]; place_value:
 2-4, 5-7, 8-9 digits, or the entropy thirds with ``number_sampling="generator"``).
 ``train_difficulty`` trains on one level; ``easy_test``,
 ``medium_test`` and ``hard_test`` hold ``eval_size`` questions of each level, drawn from
@@ -45,14 +63,29 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
 from sglab import registry
+from sglab.tasks.mathematics_modules import (
+    COLLECT_TEMPLATE,
+    DIFFERENTIATE_TEMPLATES,
+    DIRECTIONS,
+    LETTERS,
+    LINEAR_1D_TEMPLATE,
+    ORDINALS,
+    SORT_TEMPLATES,
+    collect_example,
+    differentiate_example,
+    linear_1d_example,
+    sort_example,
+    sort_more_example,
+)
 from sglab.tasks.seq2seq import Seq2SeqTask, Seq2SeqTaskConfig
 
 ADD_TEMPLATES = ("What is {p} + {q}?", "Add {p} and {q}.", "Sum {p} and {q}.",
@@ -66,24 +99,33 @@ SUB_TEMPLATES = ("What is {p} - {q}?", "Calculate {p} - {q}.", "Work out {p} - {
 PLACE_NAMES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands",
                "millions", "ten millions", "hundred millions", "billions", "ten billions",
                "hundred billions")
-MODULES = ("arithmetic__add_or_sub", "numbers__place_value")
-# (low, high) entropy for add_or_sub, digit counts for place_value
+# the published generator's _ENTROPY_TRAIN, _ENTROPY_INTERPOLATE and _ENTROPY_EXTRAPOLATE
+# (modules/numbers.py, algebra.py, comparison.py; calculus.py and polynomials.py define no
+# extrapolation, so differentiate and collect take the others' 12)
+GENERATOR_ENTROPY = {"train": (3, 10), "iid_valid": (8, 8), "ood_test": (12, 12)}
+# (low, high) entropy, or digit counts for place_value
 DIFFICULTY = {
     "arithmetic__add_or_sub": {"train": (3, 10), "iid_valid": (8, 10), "ood_test": (12, 14)},
     "numbers__place_value": {"train": (2, 9), "iid_valid": (2, 9), "ood_test": (10, 12)},
+    "algebra__linear_1d": GENERATOR_ENTROPY,
+    "calculus__differentiate": GENERATOR_ENTROPY,
+    "comparison__sort": GENERATOR_ENTROPY,
+    "polynomials__collect": GENERATOR_ENTROPY,
 }
+Module = Literal["arithmetic__add_or_sub", "numbers__place_value", "algebra__linear_1d",
+                 "calculus__differentiate", "comparison__sort", "polynomials__collect"]
+MODULES = get_args(Module)
 
 LEVELS = ("easy", "medium", "hard")
 ENTROPY_THIRDS = {"easy": (3, 3 + 7 / 3), "medium": (3 + 7 / 3, 3 + 14 / 3), "hard": (3 + 14 / 3, 10)}
-# thirds of the training range: entropy for add_or_sub, inclusive digit counts for place_value
-DIFFICULTY_LEVELS = {
-    "arithmetic__add_or_sub": ENTROPY_THIRDS,
-    "numbers__place_value": {"easy": (2, 4), "medium": (5, 7), "hard": (8, 9)},
-}
-# place_value's entropy ranges with number_sampling="generator" (the published generator's
-# _ENTROPY_TRAIN, _ENTROPY_INTERPOLATE and _ENTROPY_EXTRAPOLATE; its training files are the
+# thirds of the training range: entropy, or inclusive digit counts for place_value
+DIFFICULTY_LEVELS = {module: ENTROPY_THIRDS for module in MODULES}
+DIFFICULTY_LEVELS["numbers__place_value"] = {"easy": (2, 4), "medium": (5, 7), "hard": (8, 9)}
+# place_value's entropy ranges with number_sampling="generator" (its training files are the
 # thirds of the training range, ENTROPY_THIRDS)
-PLACE_VALUE_ENTROPY = {"train": (3, 10), "iid_valid": (8, 8), "ood_test": (12, 12)}
+PLACE_VALUE_ENTROPY = GENERATOR_ENTROPY
+# the generator drops longer questions and answers (generate_settings.py), and draws again
+MAX_QUESTION_LENGTH, MAX_ANSWER_LENGTH = 160, 30
 
 
 def format_decimal(value: Decimal) -> str:
@@ -151,6 +193,17 @@ def place_value_question_about(rng: np.random.Generator, number: str) -> tuple[s
 
 
 NumberSampling = Literal["digits", "generator"]
+Example = Callable[[np.random.Generator, float], tuple[str, str]]
+# the modules whose difficulty is an entropy: module -> (rng, entropy) -> (question, answer)
+ENTROPY_EXAMPLES: dict[str, Example] = {
+    "arithmetic__add_or_sub": add_or_sub_example,
+    "algebra__linear_1d": linear_1d_example,
+    "calculus__differentiate": differentiate_example,
+    "comparison__sort": sort_example,
+    "polynomials__collect": collect_example,
+}
+# ood_test takes the generator's extrapolation module where it is more than a higher entropy
+EXTRAPOLATE_EXAMPLES: dict[str, Example] = {"comparison__sort": sort_more_example}
 
 
 def difficulty_tables(module: str, number_sampling: NumberSampling = "digits"
@@ -166,26 +219,48 @@ def generate(module: str, split: str, n: int, rng: np.random.Generator,
              number_sampling: NumberSampling = "digits") -> list[tuple[str, str]]:
     """``n`` examples of a module at a split's difficulty (duplicates possible)."""
     return generate_in(module, difficulty_tables(module, number_sampling)[0][split], n, rng,
-                       number_sampling)
+                       number_sampling, extrapolate=split == "ood_test")
 
 
 def generate_in(module: str, difficulty: tuple[float, float], n: int,
-                rng: np.random.Generator, number_sampling: NumberSampling = "digits"
-                ) -> list[tuple[str, str]]:
-    """``n`` examples with entropy (add_or_sub; place_value with ``generator``) or digit count
-    (place_value with ``digits``) drawn uniformly from ``difficulty`` = (low, high)."""
+                rng: np.random.Generator, number_sampling: NumberSampling = "digits",
+                extrapolate: bool = False) -> list[tuple[str, str]]:
+    """``n`` examples with an entropy (or for place_value with ``digits`` a digit count) drawn
+    uniformly from ``difficulty`` = (low, high); ``extrapolate``: the module's extrapolation
+    variant where it has one (EXTRAPOLATE_EXAMPLES)."""
     low, high = difficulty
-    if module == "arithmetic__add_or_sub":
-        return [add_or_sub_example(rng, rng.uniform(low, high)) for _ in range(n)]
+    if module in ENTROPY_EXAMPLES:
+        example = (EXTRAPOLATE_EXAMPLES.get(module, ENTROPY_EXAMPLES[module]) if extrapolate
+                   else ENTROPY_EXAMPLES[module])
+        return [within_limits(example, rng, low, high) for _ in range(n)]
     if number_sampling == "generator":
         return [place_value_question_about(rng, str(generator_integer(rng, rng.uniform(low, high))))
                 for _ in range(n)]
     return [place_value_example(rng, int(rng.integers(low, high + 1))) for _ in range(n)]
 
 
+def within_limits(example: Example, rng: np.random.Generator, low: float, high: float
+                  ) -> tuple[str, str]:
+    """An example with entropy ~ U[low, high], drawn again (entropy too) while the question or
+    answer is too long, as the generator's generate.py (add_or_sub's never are)."""
+    while True:
+        question, answer = example(rng, rng.uniform(low, high))
+        if len(question) <= MAX_QUESTION_LENGTH and len(answer) <= MAX_ANSWER_LENGTH:
+            return question, answer
+
+
+FIRST_SYMBOLS = sorted(set("".join(ADD_TEMPLATES + SUB_TEMPLATES + PLACE_NAMES)
+                          + "What is the digit of?0123456789-."))
+_TEXT = "".join((LINEAR_1D_TEMPLATE, COLLECT_TEMPLATE, *SORT_TEMPLATES, *DIFFERENTIATE_TEMPLATES,
+                 *ORDINALS, *DIRECTIONS[True], *DIRECTIONS[False]))
+# templates without their {placeholders}, variable names, digits, signs and operators
+ALL_SYMBOLS = sorted(set(FIRST_SYMBOLS) | set(re.sub(r"\{\w+\}", "", _TEXT)) | set(LETTERS)
+                     | set("0123456789-+*/=., "))
+
+
 class MathematicsConfig(Seq2SeqTaskConfig):
     name: Literal["mathematics"] = "mathematics"
-    module: Literal["arithmetic__add_or_sub", "numbers__place_value"] = "numbers__place_value"
+    module: Module = "numbers__place_value"
     train_size: int = Field(100_000, ge=10, description="Training questions (before dedup).")
     eval_size: int = Field(1_000, ge=1, description="Questions per evaluation split.")
     train_difficulty: Literal["all", "easy", "medium", "hard"] = Field(
@@ -255,8 +330,12 @@ class MathematicsTask(Seq2SeqTask):
                 "place_in_train": (place < trained_places).long()}
 
     def symbols(self) -> list[str]:
-        text = "".join(ADD_TEMPLATES + SUB_TEMPLATES + PLACE_NAMES) + "What is the digit of?"
-        return sorted(set(text) | set("0123456789-."))
+        """Every character a question or answer can hold: add_or_sub and place_value keep
+        their own vocabulary (so their runs stay as they were), the other modules share one
+        that covers all six."""
+        if self.config.module in ("arithmetic__add_or_sub", "numbers__place_value"):
+            return FIRST_SYMBOLS
+        return ALL_SYMBOLS
 
     def tokenize(self, text: str) -> list[str]:
         return list(text)
@@ -266,6 +345,7 @@ class MathematicsTask(Seq2SeqTask):
 
 
 @registry.register("task", "mathematics", MathematicsConfig,
-                   "Mathematics Dataset modules add_or_sub and place_value (Saxton et al.)")
+                   "Mathematics Dataset modules (Saxton et al.): add_or_sub, place_value, "
+                   "linear_1d, differentiate, sort, collect")
 def make_mathematics(config: MathematicsConfig) -> MathematicsTask:
     return MathematicsTask(config)
