@@ -6,6 +6,7 @@ import pytest
 
 from sglab.experiments.base import run_experiment
 from sglab.experiments.claims import Verdict, judge_all
+from sglab.experiments.spec import validate_params
 from sglab.registry import experiment
 
 IDS = ["iid-mask-keeps-hard", "easy-mask-keeps-easy", "easy-mask-loses-hard"]
@@ -95,3 +96,19 @@ def test_paper_masks_train_on_the_codes_summed_sequence_loss_with_the_thesis_bet
         masks = exp.mask_arms(params, [Base(model="any")])
         assert {(a.config().model.beta, a.config().train.loss_reduction) for a in masks} == \
             {(3e-5, "row_sum")}
+
+
+def test_paper_nets_train_with_b37s_optimizer_and_tab_b3_settings_reach_their_phase():
+    # B.3.7: the nets' Adam at lr 1e-4, betas (0.9, 0.995), clip 1; Tab. B.3's linear_1d
+    # column: a 5k-step warmup for the net only, masks on batches of 400 beside the net's 512
+    exp = experiment("masks-math")
+    net = exp.arms({**exp.preset("paper"), "seeds": [0]})[0].config().train
+    assert (net.lr, net.betas, net.grad_clip, net.warmup_steps) == (1e-4, (0.9, 0.995), 1.0, 0)
+    params = exp.preset("paper") | {"seeds": [0], "module": "algebra__linear_1d", "batch": 512,
+                                    "mask_batch": 400, "base_warmup": 5000}
+    params = validate_params(exp.params_model, params, "masks-math:paper")
+    net = exp.arms(params)[0].config()
+    assert (net.task.module, net.train.batch_size, net.train.warmup_steps) == \
+        ("algebra__linear_1d", 512, 5000)
+    masks = [a.config().train for a in exp.mask_arms(params, [Base(model="any")])]
+    assert {(m.batch_size, m.warmup_steps, m.betas) for m in masks} == {(400, 0, (0.9, 0.99))}

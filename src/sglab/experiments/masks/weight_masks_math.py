@@ -32,6 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import Field
+
 from sglab.analysis import mask_measures as mm
 from sglab.analysis import weight_masks as wm
 from sglab.experiments.base import Experiment
@@ -62,6 +64,11 @@ class MathParams(ExperimentParams):
     mask_samples: int  # mask samples per batch (K; B.3.7: 8)
     grad_clip: float  # gradient clipping
     base_schedule: Literal["constant", "cosine"]  # the nets' learning-rate schedule
+    # the nets' linear warmup and Adam betas (B.3.7: (0.9, 0.995); null: the trainer's
+    # default), and the masks' batch (Tab. B.3; null: batch)
+    base_warmup: int = Field(0, ge=0)
+    base_betas: tuple[float, float] | None = None
+    mask_batch: int | None = Field(None, ge=1)
     # the masks' train.loss_reduction (row_sum: the authors' code's loss, summed over an
     # answer's tokens, against which the thesis's beta is set)
     mask_loss: Literal["token_mean", "row_sum"] = "token_mean"
@@ -92,7 +99,8 @@ class MathMasks(Experiment):
     def arms(self, params: dict[str, Any]) -> list[Arm]:
         """The base nets, trained on every level (masks follow, see :meth:`stages`)."""
         train = train_settings(params, params["base_steps"], params["base_lr"], 4,
-                               params["base_schedule"])
+                               params["base_schedule"], warmup=params["base_warmup"],
+                               betas=params["base_betas"])
         config = {"task": self.task(params, "all"), "model": params["model"], "train": train}
         return [Arm({"role": "base"}, config, seed=seed) for seed in params["seeds"]]
 
@@ -100,7 +108,7 @@ class MathMasks(Experiment):
         """An IID mask and an easy mask per base net."""
         # four evaluations: the level accuracies along the pruning (and a checkpoint each)
         train = train_settings(params, params["mask_steps"], params["mask_lr"], 4,
-                               loss_reduction=params["mask_loss"])
+                               loss_reduction=params["mask_loss"], batch=params["mask_batch"])
         return [Arm({"role": "mask", "mask": mask},
                     {"task": self.task(params, difficulty),
                      "model": {"name": "masked", "base_run": base.run_id,
@@ -168,11 +176,14 @@ class MathMasks(Experiment):
         model = params["model"]
         shown = params["eval_examples"]
         tested = "all 1,000" if shown is None else f"the first {shown} (shuffled) of 1,000"
+        batch = f"batch {params['batch']}" + ("" if params["mask_batch"] is None
+                                              else f" (masks {params['mask_batch']})")
+        warmup = f" ({params['base_warmup']} warmup)" if params["base_warmup"] else ""
         text = (f"{len(seeds)} seed(s); {params['module']}; Transformer d_model "
                 f"{model['d_model']}, d_ff {model['d_ff']}, {model['n_heads']} heads, "
                 f"{model['n_layers']}+{model['n_layers']} layers; base {params['base_steps']} "
-                f"steps on {params['train_size']:,} questions of every level, masks "
-                f"{params['mask_steps']} steps, batch {params['batch']}, beta "
+                f"steps{warmup} on {params['train_size']:,} questions of every level, masks "
+                f"{params['mask_steps']} steps, {batch}, beta "
                 f"{params['beta']:g} on {mask_loss_words(params)}, K = "
                 f"{params['mask_samples']}. Test sets: {tested} "
                 "questions per level.")

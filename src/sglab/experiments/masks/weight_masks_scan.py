@@ -110,14 +110,18 @@ class ScanParams(ExperimentParams):
 
 
 def train_settings(params: dict[str, Any], steps: int, lr: float, evaluations: int,
-                   schedule: str = "constant", loss_reduction: str = "token_mean"
-                   ) -> dict[str, Any]:
+                   schedule: str = "constant", loss_reduction: str = "token_mean", *,
+                   batch: int | None = None, warmup: int = 0,
+                   betas: tuple[float, float] | None = None) -> dict[str, Any]:
     """Adam, clip 5 (B.3.7), no warmup (cosine: down to lr / 10); ``evaluations`` during
-    the run on the first ``eval_examples`` of the (shuffled) test set, the last on all."""
+    the run on the first ``eval_examples`` of the (shuffled) test set, the last on all.
+    ``batch`` (default ``params["batch"]``), a linear ``warmup`` and Adam ``betas`` (default:
+    the trainer's) for settings that differ by phase."""
     every = max(steps // evaluations, 1)
     decay = {"min_lr": lr / 10} if schedule == "cosine" else {}
-    return {"steps": steps, "batch_size": params["batch"], "lr": lr, **decay,
-            "lr_schedule": schedule, "warmup_steps": 0, "weight_decay": 0.0,
+    adam = {"betas": list(betas)} if betas is not None else {}
+    return {"steps": steps, "batch_size": batch or params["batch"], "lr": lr, **decay, **adam,
+            "lr_schedule": schedule, "warmup_steps": warmup, "weight_decay": 0.0,
             "loss_reduction": loss_reduction,
             "grad_clip": params["grad_clip"], "eval_interval": every, "log_interval": every,
             "checkpoint_interval": every, "eval_batch_size": 512,
