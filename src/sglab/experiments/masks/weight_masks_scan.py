@@ -113,10 +113,11 @@ def train_settings(params: dict[str, Any], steps: int, lr: float, evaluations: i
                    schedule: str = "constant", loss_reduction: str = "token_mean", *,
                    batch: int | None = None, warmup: int = 0,
                    betas: tuple[float, float] | None = None) -> dict[str, Any]:
-    """Adam, clip 5 (B.3.7), no warmup (cosine: down to lr / 10); ``evaluations`` during
-    the run on the first ``eval_examples`` of the (shuffled) test set, the last on all.
-    ``batch`` (default ``params["batch"]``), a linear ``warmup`` and Adam ``betas`` (default:
-    the trainer's) for settings that differ by phase."""
+    """Adam without weight decay, clip ``params["grad_clip"]`` (B.3.7: 5 on SCAN), cosine down
+    to lr / 10 or constant; ``evaluations`` during the run on the first ``eval_examples`` of
+    the (shuffled) test set, the last on all. ``batch`` (default ``params["batch"]``), a linear
+    ``warmup`` (default none) and Adam ``betas`` (default: the trainer's) where a phase
+    differs (Tab. B.3)."""
     every = max(steps // evaluations, 1)
     decay = {"min_lr": lr / 10} if schedule == "cosine" else {}
     adam = {"betas": list(betas)} if betas is not None else {}
