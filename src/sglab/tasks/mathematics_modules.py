@@ -18,7 +18,6 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
-import sympy
 
 # variable names: lower-case letters but e (the generator's util/composition.py)
 LETTERS = tuple(c for c in string.ascii_lowercase if c != "e")
@@ -62,6 +61,8 @@ def integer(rng: np.random.Generator, entropy: float, signed: bool, min_abs: int
     size = 10.0 ** entropy + min_abs
     coprime_to = abs(coprime_to)
     if coprime_to >= 2:  # more values, so that the coprime ones still number about 10**entropy
+        import sympy  # here, not at the top: every command loads the tasks, few draw rationals
+
         size = size / math.prod(1 - 1 / p for p in sympy.primefactors(coprime_to)) + 1
     low, high = (-math.ceil(size / 2), math.ceil(size / 2)) if signed else (min_abs, math.ceil(size))
     while True:
