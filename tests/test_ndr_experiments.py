@@ -300,6 +300,11 @@ def test_ctl_paper_preset_carries_table_d3():
         "transformer": (False, False), "rel": (False, True), "rel_gate": (False, True),
         "transformer_act": (False, False), "rel_act": (False, True), "rel_act_ut": (False, True)}
     assert _abs_rel_dropouts(forward) == (0.0, 0.1)  # ctl_ndr.yaml: attention_dropout 0.1
+    # the code's + geom. layer normalises its attention rows; its NDR does not (norm_att 0)
+    geometric = {variant: config.model.attention.normalize for variant, config in forward.items()
+                 if config.model.attention.kind == "geometric"}
+    assert geometric == {"geom": True, "geom_act": True, "geom_act_ut": True, "ndr": False,
+                         **{f"ndr@{steps}": False for steps in (4, 6, 8, 10, 12)}}
 
 
 @pytest.mark.parametrize("name, default", [

@@ -184,7 +184,8 @@ class GeometricAttentionConfig(AttentionConfig):
     kind: Literal["geometric"] = "geometric"
     dropout: float = _ATTENTION_DROPOUT
     normalize: bool = Field(
-        False, description="L1-normalize each row of the attention (off in the thesis).")
+        False, description="L1-normalize each row of the attention (off for the thesis code's "
+                          "NDR; on for its + geom. layer).")
 
 
 class AbsRelGatedAttentionConfig(AttentionConfig):
