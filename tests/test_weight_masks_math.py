@@ -102,8 +102,11 @@ def test_paper_nets_train_with_b37s_optimizer_and_tab_b3_settings_reach_their_ph
     # B.3.7: the nets' Adam at lr 1e-4, betas (0.9, 0.995), clip 1; Tab. B.3's linear_1d
     # column: a 5k-step warmup for the net only, masks on batches of 400 beside the net's 512
     exp = experiment("masks-math")
-    net = exp.arms({**exp.preset("paper"), "seeds": [0]})[0].config().train
+    base = exp.arms({**exp.preset("paper"), "seeds": [0]})[0].config()
+    net = base.train
     assert (net.lr, net.betas, net.grad_clip, net.warmup_steps) == (1e-4, (0.9, 0.995), 1.0, 0)
+    # add_or_sub as the published generator draws it: the levels are thirds of entropy 4-16
+    assert (base.task.module, base.task.number_sampling) == ("arithmetic__add_or_sub", "generator")
     params = exp.preset("paper") | {"seeds": [0], "module": "algebra__linear_1d", "batch": 512,
                                     "mask_batch": 400, "base_warmup": 5000}
     params = validate_params(exp.params_model, params, "masks-math:paper")

@@ -53,6 +53,10 @@ MASK_LABELS = {"none": "no mask", "iid": "IID mask (all levels)", "easy": "easy 
 class MathParams(ExperimentParams):
     model: dict[str, Any]  # the encoder-decoder Transformer's model section
     module: str  # the Mathematics Dataset module (sglab's generator)
+    # how add_or_sub / place_value draw their numbers (task.number_sampling; generator: as
+    # the published generator, add_or_sub's entropy 4-16 cut into the easy / medium / hard
+    # thirds)
+    number_sampling: Literal["digits", "generator"] = "digits"
     train_size: int  # training questions over all levels
     base_steps: int  # training steps of each net
     mask_steps: int  # training steps of each mask
@@ -93,6 +97,7 @@ class MathMasks(Experiment):
     # ------------------------------------------------------------------ runs
     def task(self, params: dict[str, Any], difficulty: str) -> dict[str, Any]:
         return {"name": "mathematics", "module": params["module"],
+                "number_sampling": params["number_sampling"],
                 "train_size": params["train_size"], "eval_size": 1000,
                 "train_difficulty": difficulty, "difficulty_splits": True}
 
