@@ -7,6 +7,7 @@ import pytest
 from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
 from sglab.experiments.claims import Verdict, judge_all
+from sglab.experiments.masks.weight_masks_math import accuracy_bars
 from sglab.experiments.spec import validate_params
 from sglab.registry import experiment
 
@@ -82,6 +83,17 @@ def test_fig_3_6_drop_must_hold_for_every_module_and_seed():
     drop[-1] = seed((1, 1, 1), (1, 1, 1), (0.95, 0.9, 0.85), modules[-1])
     claim = verdicts(drop, "paper")["easy-mask-loses-hard"]
     assert claim.verdict == FAILS and len(claim.values["IID mask on hard"]["seeds"]) == 25
+
+
+def test_fig_3_6_bars_show_each_modules_hard_test_set_and_one_module_its_levels():
+    seeds = [seed((1, 1, 1), (1, 1, 1), (0.9, 0.8, 0.2), "comparison__sort"),
+             seed((1, 1, 1), (1, 1, 1), (0.7, 0.6, 0.4), "comparison__sort"),
+             seed((1, 1, 1), (1, 1, 1), (0.5, 0.5, 0.5), "polynomials__collect")]
+    bars, caption = accuracy_bars(seeds, ["comparison__sort", "polynomials__collect"])
+    assert bars["easy mask"] == pytest.approx({"sort": 30.0, "collect": 50.0})
+    assert bars["no mask"] == pytest.approx({"sort": 80.0, "collect": 50.0}) and "hard" in caption
+    bars, _ = accuracy_bars(seeds[:2], ["comparison__sort"])
+    assert bars["IID mask (all levels)"] == pytest.approx({"easy": 100, "medium": 100, "hard": 70})
 
 
 def test_masks_math_claims_wait_for_a_net_that_answers_hard_questions():

@@ -17,8 +17,9 @@ Protocol, as the thesis describes it (line numbers of the thesis text):
   The easy and medium test sets are reported too: the easy mask must still answer the easy
   questions for its drop on hard to mean anything.
 
-sglab's add_or_sub is its own generator (``tasks/mathematics.py``); the levels are thirds of
-the training entropy range, as the published generator cuts its easy / medium / hard files.
+The questions are sglab's (``tasks/mathematics.py``; add_or_sub as the published generator
+draws it with ``number_sampling: generator``); the levels are thirds of the training entropy
+range, as the published generator cuts its easy / medium / hard files.
 One run covers the ``modules`` it lists (Fig. 3.6: add_or_sub, linear_1d, differentiate,
 sort, poly collect), each with Tab. B.3's own settings (``module_settings``). Claims (judged
 only when every unmasked net reaches ``base_min`` on the hard test set): the IID mask keeps >
@@ -110,8 +111,6 @@ class MathParams(ExperimentParams):
 def for_module(params: dict[str, Any], module: str) -> dict[str, Any]:
     """The parameters one module trains with: the preset's, then its Tab. B.3 column."""
     own = params["module_settings"].get(module) or {}
-    if isinstance(own, BaseModel):
-        own = own.model_dump()
     return {**params, "module": module, **{k: v for k, v in own.items() if v is not None}}
 
 
@@ -215,19 +214,13 @@ class MathMasks(Experiment):
             "columns": ["module", "test set", *MASK_LABELS.values()],
             "rows": [[module, test_set(level), *(mean_std(module, level, m) for m in MASK_LABELS)]
                      for module in modules for level in LEVELS]}
-        # Fig. 3.6: the hard test set per module; with one module, every level of it
-        categories = ({short(m): of(seeds, m) for m in modules} if len(modules) > 1 else
-                      {level: seeds for level in LEVELS})
-        figure = grouped_bars(out_dir, "math-mask-accuracy", {
-            label: {name: statistics.mean(100 * v for v in accuracy(
-                mine, name if len(modules) == 1 else "hard", mask))
-                for name, mine in categories.items()}
-            for mask, label in MASK_LABELS.items()},
-            title="Accuracy under the masks", ylabel="exact match [%]", ylim=(0, 105),
+        bars, shown = accuracy_bars(seeds, modules)
+        figure = grouped_bars(
+            out_dir, "math-mask-accuracy", bars, title="Accuracy under the masks",
+            ylabel="exact match [%]", ylim=(0, 105),
             caption="Exact match of the net trained on every level, the mask trained on every "
                     "level (IID) and the mask trained on the easy questions (mean over seeds), "
-                    + ("on each module's hard test set (thesis Fig. 3.6)." if len(modules) > 1
-                       else "on the easy, medium and hard test sets (thesis Fig. 3.6: hard)."))
+                    + shown)
         kept_table = {"title": "Weights kept by each mask (of the net's masked weights) and "
                                "the IoU of the two masks",
                       "columns": ["module", "mask", "kept", "of"],
@@ -242,7 +235,7 @@ class MathMasks(Experiment):
         return {"measured": self.measured(params, seeds), "sections": [section]}
 
     @staticmethod
-    def measured(params: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    def measured(params: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Measured]:
         """Every base net (a module and a seed) is one value of each claim's ``every_seed``."""
         values = partial(accuracy, seeds)
 
@@ -265,6 +258,22 @@ class MathMasks(Experiment):
         }
         return guarded(measured, min(values("hard", "none")),
                            "exact match on the hard test set", params["base_min"])
+
+
+def accuracy_bars(seeds: list[dict[str, Any]], modules: list[str]
+                  ) -> tuple[dict[str, dict[str, float]], str]:
+    """Mean exact match [%] per mask (series) and category: Fig. 3.6's modules on their hard
+    test sets, or with one module its three levels; and the caption's words for them."""
+    def bar(mine: list[dict[str, Any]], level: str, mask: str) -> float:
+        return statistics.mean(100 * v for v in accuracy(mine, level, mask))
+
+    if len(modules) > 1:
+        return ({label: {short(m): bar(of(seeds, m), "hard", mask) for m in modules}
+                 for mask, label in MASK_LABELS.items()},
+                "on each module's hard test set (thesis Fig. 3.6).")
+    return ({label: {level: bar(seeds, level, mask) for level in LEVELS}
+             for mask, label in MASK_LABELS.items()},
+            "on the easy, medium and hard test sets (thesis Fig. 3.6: hard).")
 
 
 def of(seeds: list[dict[str, Any]], module: str) -> list[dict[str, Any]]:
