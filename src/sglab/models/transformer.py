@@ -353,19 +353,17 @@ def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
     for module in model.modules():
         if isinstance(module, GeometricAttention):
             d, head = module.d_model, module.head_dim
-            bound = math.sqrt(6 / (d + head))  # fan_in d, fan_out d_head
-            for linear in (module.query, module.key, module.value, module.out):
+            per_head = math.sqrt(6 / (d + head))  # fan_in d, fan_out d_head
+            # the CTL++ code's reset takes values and the head merge over all heads at once
+            # (layers/transformer/direction_sensitive_geometric.py there), biases kept
+            whole = math.sqrt(6 / (2 * d)) if scheme == "ctlpp_code" else per_head
+            for linear, bound in ((module.query, per_head), (module.key, per_head),
+                                  (module.value, whole), (module.out, whole)):
                 nn.init.uniform_(linear.weight, -bound, bound)
-            if scheme == "ctlpp_code":
-                # the CTL++ code's reset: values and the head merge over all heads at once
-                # (layers/transformer/direction_sensitive_geometric.py there), biases kept
-                bound = math.sqrt(6 / (2 * d))
-                for linear in (module.value, module.out):
-                    nn.init.uniform_(linear.weight, -bound, bound)
-            elif scheme == "xavier":
+            if scheme == "xavier":
                 bound = math.sqrt(6 / (d + 2))  # directions: fan_in d, fan_out 2
                 nn.init.uniform_(module.direction.weight, -bound, bound)
-            else:
+            elif scheme == "code":  # the NDR code's per-head content bias starts at 0
                 nn.init.zeros_(module.query.bias)
         elif isinstance(module, (RelativeSelfAttention, AbsRelGatedAttention)) and scheme != "xavier":
             xavier_relative_attention_(module)

@@ -441,9 +441,8 @@ class TorchInit(InitConfig):
                             "keeps nn.Linear's init. ctlpp_code: as code, but geometric "
                             "attention as the CTL++ code's: W_v and W_o Xavier over d -> d, "
                             "projection biases at nn.Linear's init. xavier: Xavier for the "
-                            "directional "
-                            "projection too, zero FFN biases, gain 5/3 on every data FFN "
-                            "output, relative attention at nn.Linear's init.")
+                            "directional projection too, zero FFN biases, gain 5/3 on every "
+                            "data FFN output, relative attention at nn.Linear's init.")
 
 
 class FanInInit(InitConfig):

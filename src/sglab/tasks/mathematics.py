@@ -348,11 +348,12 @@ class MathematicsTask(Seq2SeqTask):
                 "place_in_train": (place < trained_places).long()}
 
     def symbols(self) -> list[str]:
-        """Every character a question or answer can hold: add_or_sub and place_value keep
-        their own vocabulary (so their runs stay as they were), the other modules share one
-        that covers all six."""
-        if (self.config.module == "numbers__place_value" or self.config.module ==
-                "arithmetic__add_or_sub" and self.config.number_sampling == "digits"):
+        """Every character a question or answer can hold: place_value and add_or_sub drawn
+        sglab's way keep their own vocabulary (so their runs stay as they were), the other
+        modules and the generator's add_or_sub share one that covers all six."""
+        module, sampling = self.config.module, self.config.number_sampling
+        if module == "numbers__place_value" or (module == "arithmetic__add_or_sub"
+                                                and sampling == "digits"):
             return FIRST_SYMBOLS
         return ALL_SYMBOLS
 
