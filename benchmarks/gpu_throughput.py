@@ -3,7 +3,8 @@
     python benchmarks/gpu_throughput.py --experiment symmetry --preset paper   # GPU
     python benchmarks/gpu_throughput.py --quick                               # CPU, seconds
 
-Takes the first run config of an experiment preset (dropout and all), makes K copies
+Takes the first run config of an experiment preset (dropout and all; ``--arm LABEL=VALUE``
+picks the first run whose arm has those labels, e.g. ``--arm variant=ndr``), makes K copies
 that differ only in the seed and trains them as one ensemble (``EnsembleTrainer``) for a
 few steps; K = 1 is measured twice, as a plain ``Trainer`` run ("lone": fused attention,
 the global generator's dropout) and as a one-member ensemble (vmapped, keyed dropout
@@ -82,6 +83,20 @@ def _profile(configs) -> None:
     print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60))
 
 
+def _arm_config(parser: argparse.ArgumentParser, experiment, params: dict, wanted: list[str]):
+    """The config of the first arm whose labels include every ``LABEL=VALUE`` of ``wanted``."""
+    if bad := [w for w in wanted if "=" not in w]:
+        parser.error(f"--arm takes LABEL=VALUE, got {bad[0]!r}")
+    labels = dict(w.split("=", 1) for w in wanted)
+    arms = experiment.arms(params)
+    for arm in arms:
+        if all(str(arm.labels.get(key)) == value for key, value in labels.items()):
+            print(f"arm: {arm.labels}", flush=True)
+            return arm.config()
+    shown = sorted({", ".join(f"{k}={v}" for k, v in arm.labels.items()) for arm in arms})
+    parser.error(f"no arm of {experiment.name} has {labels}; its arms: " + "; ".join(shown))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default="symmetry")
@@ -97,12 +112,17 @@ def main() -> int:
     parser.add_argument("--profile", type=int, metavar="K", help="print the costliest kernels of "
                         "a K-member ensemble (10 steps) instead of measuring rates")
     parser.add_argument("--set", action="append", default=[], help="extra KEY=VALUE overrides")
+    parser.add_argument("--arm", action="append", default=[], metavar="LABEL=VALUE",
+                        help="measure the first run whose arm has this label (repeatable), e.g. "
+                        "variant=ndr; default: the preset's first run")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parse_with_quick(parser, {"preset": "quick", "members": "1,2", "steps": 5})
 
     experiment = registry.experiment(args.experiment)
-    preset_configs = experiment.configs(experiment.preset(args.preset), [])
-    template = preset_configs[0].to_dict()
+    params = experiment.preset(args.preset)
+    preset_configs = experiment.configs(params, [])
+    template = (_arm_config(parser, experiment, params, args.arm) if args.arm
+                else preset_configs[0]).to_dict()
     template.pop("seed", None)
     steps = 10 if args.profile else args.steps
     warmup = 0 if args.profile else args.warmup

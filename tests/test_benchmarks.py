@@ -78,3 +78,21 @@ def test_rates_keep_their_significant_figures():
     assert significant(0.022481) == 0.0225
     assert significant(1234.5) == 1230.0
     assert significant(27.14) == 27.1
+
+
+def _throughput(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(BENCHMARKS / "gpu_throughput.py"), "--quick",
+                           "--experiment", "ndr-ctl", "--members", "1", *arguments],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_throughput_measures_the_arm_named_by_its_labels(tmp_path):
+    done = _throughput(tmp_path, "--arm", "variant=ndr", "--arm", "direction=backward")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "arm: {'variant': 'ndr', 'model': 'NDR', 'direction': 'backward'}" in done.stdout
+    for bad, message in (("variant=nope", "no arm of ndr-ctl has {'variant': 'nope'}"),
+                         ("nope", "--arm takes LABEL=VALUE")):
+        done = _throughput(tmp_path, "--arm", bad)
+        assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]

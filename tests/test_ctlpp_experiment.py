@@ -111,6 +111,8 @@ def test_presets_use_the_modified_ndr_and_a_bilstm_and_lstm_runs_plan_alone():
                and c.model.block.kind == "copy_gate")
     assert (ndr.model.dropout, ndr.model.block.ffn_dropout,
             ndr.model.attention.dropout, ndr.train.weight_decay) == (0.5, 0.0, 0.1, 0.0)
+    # and the CTL++ code's attention: key / value biases, W_v and W_o Xavier over d -> d
+    assert ndr.model.attention.kv_bias and ndr.model.init.ndr_init == "ctlpp_code"
     lstm = next(c for c in paper if c.model.name == "lstm")
     assert lstm.model.d_model == 256 and lstm.train.weight_decay == 0.0
     assert {c.task.singles for c in paper} == {False}  # the code trains on 2-6 functions

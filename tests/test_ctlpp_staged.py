@@ -25,6 +25,9 @@ def test_presets_cover_the_thesis_grid_and_the_corners():
                    and c.model.positions.kind == "relative"]
     assert len(transformer) == 100 and transformer[0].train.steps == 300_000
     assert (transformer[0].model.d_model, transformer[0].model.ffn.d_ff) == (128, 512)
+    ndr = [c for c in paper if c.model.name == "transformer" and c.model.block.kind == "copy_gate"]
+    assert {(c.model.attention.kv_bias, c.model.init.ndr_init) for c in ndr} == {
+        (True, "ctlpp_code")}  # the CTL++ code's attention
     default = experiment.configs(experiment.preset("default"), [])
     assert {(c.task.shared_functions, c.task.shared_symbols) for c in default} == {
         (4, 2), (4, 6), (16, 2), (16, 6)}

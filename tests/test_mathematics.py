@@ -2,13 +2,13 @@
 
 import re
 from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 
 from sglab.config import build_run_config
-from sglab.errors import SglabError
 from sglab.tasks import build_task
 from sglab.tasks.mathematics import (
     PLACE_NAMES,
@@ -69,10 +69,63 @@ def test_generator_sampling_draws_place_value_numbers_as_the_published_generator
     assert 0.85 < np.mean(extrapolate == 12) < 0.95 and np.mean(extrapolate >= 11) > 0.97
 
 
-def test_generator_sampling_is_refused_for_add_or_sub():
-    with pytest.raises(SglabError, match="numbers__place_value only"):
-        build_run_config({"task": {"name": "mathematics", "module": "arithmetic__add_or_sub",
-                                   "number_sampling": "generator"}})
+def _solve_generator_add_or_sub(question: str) -> Fraction:
+    """The answer modules/arithmetic.py gives: p + q, p - q, or for "distance" / "difference"
+    (asked only when p >= q) the gap between the two numbers."""
+    first, second = (Fraction(x) for x in re.findall(NUMBER, question))
+    if "between" in question:
+        return abs(first - second)
+    if question.startswith("Subtract") or "less than" in question:  # "{q} ... {p}"
+        return second - first
+    subtract = " - " in question or "minus" in question or "take away" in question
+    return first - second if subtract else first + second
+
+
+def test_generator_add_or_sub_answers_follow_the_question_and_its_entropy_ranges():
+    """number_sampling=generator: add_or_sub as modules/arithmetic.py draws it: entropy
+    U[4, 16] in training, 12 to interpolate, U[16, 20] to extrapolate (add_or_sub_big), split
+    at random between p and q; integers or decimals, half each; p - q as "distance" or
+    "difference" only when p >= q."""
+    rng = np.random.default_rng(3)
+    digits, decimals, templates = {}, [], set()
+    for split in ("train", "iid_valid", "ood_test"):
+        for question, answer in generate("arithmetic__add_or_sub", split, 1500, rng, "generator"):
+            assert Fraction(answer) == _solve_generator_add_or_sub(question), question
+            assert answer == format_decimal(Decimal(answer))  # canonical: no trailing zeros
+            if "between" in question:
+                assert Fraction(answer) >= 0
+            numbers = re.findall(NUMBER, question)
+            digits.setdefault(split, []).append(sum(len(re.sub(r"\D", "", x)) for x in numbers))
+            decimals += ["." in x for x in numbers]
+            templates.add(re.sub(NUMBER, "#", question))
+    means = {split: np.mean(values) for split, values in digits.items()}
+    assert means["train"] < means["iid_valid"] < means["ood_test"]
+    assert max(digits["train"]) <= max(digits["ood_test"])
+    assert 0.4 < np.mean(decimals) < 0.6
+    # every template of _add_question_or_entity and _sub_question_or_entity appears (with
+    # the numbers masked, "between {p} and {q}" and "between {q} and {p}" read alike)
+    assert len(templates) == 11 + 8 + 2
+
+
+def test_generator_add_or_sub_levels_are_thirds_of_4_to_16_and_the_vocabulary_covers_them():
+    config = build_run_config({"task": {"name": "mathematics", "module": "arithmetic__add_or_sub",
+                                        "number_sampling": "generator", "train_size": 2000,
+                                        "eval_size": 300, "difficulty_splits": True},
+                               "model": {"name": "seq2seq"}})
+    task = build_task(config.task)
+    mean_digits = {level: np.mean([sum(len(re.sub(r"\D", "", x)) for x in re.findall(NUMBER, q))
+                                   for q, _ in task.pairs_text(f"{level}_test")])
+                   for level in ("easy", "medium", "hard")}
+    assert mean_digits["easy"] + 2 < mean_digits["medium"] < mean_digits["hard"] - 2
+    text = {c for split in ["train", *task.eval_splits] for pair in task.pairs_text(split)
+            for c in "".join(pair)}
+    assert text <= set(task.symbols())
+    # the other modules always draw as the generator: the switch leaves them as they are
+    sort = [build_task(build_run_config({"task": {
+        "name": "mathematics", "module": "comparison__sort", "number_sampling": sampling,
+        "train_size": 50, "eval_size": 20}, "model": {"name": "seq2seq"}}).task).pairs_text("train")
+        for sampling in ("digits", "generator")]
+    assert sort[0] == sort[1]
 
 
 def test_format_decimal():

@@ -20,7 +20,7 @@ from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments import run_experiment
 from sglab.experiments.claims import Measured, NotMeasured, Verdict, judge
-from sglab.experiments.ndr.ndr_routing import gates_open_in_order
+from sglab.experiments.ndr.ndr_routing import answer_columns, gates_open_in_order, readout_by_length
 from sglab.io import finite_or_none
 from sglab.models import build_model
 from sglab.store import read_metrics
@@ -78,6 +78,13 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     assert "NaN" not in (root / "out" / "results.json").read_text()
     labels = {(entry["model"], entry["direction"]) for entry in results["labels"]}
     assert ("NDR", "backward") in labels and ("NDR, 4 steps", "forward") in labels
+    # Sec. 5.2.1's readout analysis: every gated model, every seed, every evaluation split
+    readout = next(s for s in results["sections"] if s["title"].startswith("Where the readout"))
+    rows = readout["tables"][0]["rows"]
+    assert [row[:2] for row in rows] == [["+ rel + gate", "0"], ["+ abs/rel + gate", "0"],
+                                         ["NDR", "0"]]
+    assert readout["tables"][0]["columns"][2:] == ["iid_valid", "ood_valid", "ood_test"]
+    assert len(readout["figures"]) == 1
 
 
 def test_arithmetic_quick_preset_measures_every_claim(tmp_path):
@@ -123,6 +130,60 @@ def test_routing_trace_has_one_map_per_step_including_extra_test_steps():
     activity = gate_activity(trace["gates"])
     assert torch.all((activity > 0) & (activity < 0.5))  # bias -3: gates start nearly closed
     assert not active_steps(trace["gates"]).any()
+
+
+@pytest.mark.parametrize("direction, column", [("forward", 4), ("backward", 1)])
+def test_answer_column_is_the_column_of_the_function_applied_last(direction, column):
+    """f0 then f1 then f2 applied to a symbol: forward '<B> s f0 f1 f2 <E>', backward
+    '<B> f2 f1 f0 s <E>'; the answer ends in f2's column."""
+    from sglab.tasks import build_task
+
+    task = build_task(build_run_config({"task": {"name": "ctl", "direction": direction,
+                                                 "train_size": 200}}).task)
+    functions, symbols = np.array([[0, 1, 2]]), np.array([3])
+    encoded = task._encode(task.vocab, [(functions, symbols)])
+    ids = encoded.tokens[:, : int(encoded.lengths[0])]
+    assert int(answer_columns(task, ids)[0]) == column
+    assert task.vocab.decode([int(ids[0, column])]) == [task.function_names[2]]
+    value = task.tables[1, task.tables[0, 3]]  # the value f2 is applied to
+    assert task.symbol_names[task.tables[2, value]] == task.vocab.decode(
+        [int(encoded.labels[0])])[0]
+
+
+def test_readout_by_length_matches_the_single_input_trace():
+    """The batched readout measure equals the attention of the readout column on the
+    answer's column read from one input at a time, and its accuracy the model's."""
+    from sglab.tasks import build_task
+
+    config = build_run_config({"task": {"name": "ctl", "direction": "backward",
+                                        "train_size": 200, "test_size": 40,
+                                        "ood_valid_size": 40, "iid_valid_size": 40}}, [
+        "model.attention=geometric", "model.copy_gate=true", "model.norm=post",
+        "model.attention_mask=bidirectional", "model.pos_encoding=none", "model.readout=last",
+        "model.d_model=16", "model.n_heads=2", "model.shared_layers=true", "model.n_layers=3",
+        "model.eval_steps=5"])
+    task = build_task(config.task)
+    torch.manual_seed(0)
+    model = build_model(config.model, len(task.vocab), len(task.vocab))
+    cells = readout_by_length(model, task, per_length=4)
+    assert {c.split for c in cells} == {"iid_valid", "ood_valid", "ood_test"}
+    assert [c.functions for c in cells if c.split == "ood_test"] == [9, 10]
+    for cell in cells:
+        examples = task.split(cell.split)
+        index = torch.nonzero(examples.groups["length"] == cell.functions).flatten()[:4]
+        attention, correct = [], []
+        for i in index.tolist():
+            batch = examples.subset(torch.tensor([i])).batch()
+            trace = routing_trace(model, batch.input_ids, batch.key_padding_mask)
+            last = max_over_heads(trace["attention"])[-1]  # [N, N] at the 5th step
+            assert trace["attention"].shape[0] == 5
+            attention.append(float(last[-1, int(answer_columns(task, batch.input_ids)[0])]))
+            with torch.no_grad():
+                logits = model(batch.input_ids, key_padding_mask=batch.key_padding_mask)
+            correct.append(int(logits[0, 0].argmax()) == int(examples.labels[i]))
+        assert cell.examples == len(index)
+        assert cell.on_answer == pytest.approx(np.mean(attention), abs=1e-5)
+        assert cell.accuracy == pytest.approx(np.mean(correct))
 
 
 def test_first_open_steps():
@@ -300,6 +361,11 @@ def test_ctl_paper_preset_carries_table_d3():
         "transformer": (False, False), "rel": (False, True), "rel_gate": (False, True),
         "transformer_act": (False, False), "rel_act": (False, True), "rel_act_ut": (False, True)}
     assert _abs_rel_dropouts(forward) == (0.0, 0.1)  # ctl_ndr.yaml: attention_dropout 0.1
+    # the code's + geom. layer normalises its attention rows; its NDR does not (norm_att 0)
+    geometric = {variant: config.model.attention.normalize for variant, config in forward.items()
+                 if config.model.attention.kind == "geometric"}
+    assert geometric == {"geom": True, "geom_act": True, "geom_act_ut": True, "ndr": False,
+                         **{f"ndr@{steps}": False for steps in (4, 6, 8, 10, 12)}}
 
 
 @pytest.mark.parametrize("name, default", [

@@ -168,6 +168,25 @@ def test_code_init_keeps_linear_defaults_for_directions_and_ffn_biases():
     assert torch.all(block.gate_ffn.out.bias == -3.0)
 
 
+def test_ctlpp_code_init_gives_values_and_merge_d_by_d_bounds_and_keeps_biases():
+    """ndr_init=ctlpp_code with attention.kv_bias (the CTL++ code's NDR attention): W_q and
+    W_kE Xavier over d -> d_head, W_v and W_o over d -> d (narrower), key and value biases
+    at nn.Linear's U(+-1/sqrt(d)); the NDR code's scheme has no key bias."""
+    _, model = _ndr("model.n_layers=2", "model.d_model=64", "model.n_heads=4",
+                    "model.init.kind=torch", "model.init.ndr_init=ctlpp_code",
+                    "model.attention.kv_bias=true")
+    attention = model.blocks[0].attn
+    per_head, whole = (6 / (64 + 16)) ** 0.5, (6 / (64 + 64)) ** 0.5
+    for linear, bound in ((attention.query, per_head), (attention.key, per_head),
+                          (attention.value, whole), (attention.out, whole)):
+        assert 0.9 * bound < linear.weight.abs().max() <= bound
+    for linear in (attention.query, attention.key, attention.value):
+        assert 0.9 * 64 ** -0.5 < linear.bias.abs().max() <= 64 ** -0.5
+    _, code = _ndr("model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.init=torch")
+    assert code.blocks[0].attn.key.bias is None and code.blocks[0].attn.value.bias is None
+    assert code.blocks[0].attn.value.weight.abs().max() > whole  # d -> d_head bounds
+
+
 @pytest.mark.parametrize("attention", ["relative", "abs_rel_gated"])
 def test_code_init_of_the_tanh_gated_layers_follows_the_thesis_code(attention):
     """ndr_init=code for "+ rel + gate" / "+ abs/rel + gate": relative attention gets Xavier

@@ -4,8 +4,10 @@ measures, and the masks' loss against which the thesis's betas are set (also mas
 
 import pytest
 
+from sglab.errors import SglabError
 from sglab.experiments.base import run_experiment
 from sglab.experiments.claims import Verdict, judge_all
+from sglab.experiments.masks.weight_masks_math import accuracy_bars
 from sglab.experiments.spec import validate_params
 from sglab.registry import experiment
 
@@ -16,6 +18,7 @@ PASS, FAILS = Verdict.REPRODUCES, Verdict.FAILS
 class Base(dict):
     """The three things ``mask_arms`` reads of a finished base run: labels, id, seed."""
     run_id, seed = "base", 0
+    labels = {"role": "base", "module": "arithmetic__add_or_sub"}
 
 
 def test_masks_math_quick_preset_end_to_end(tmp_path):
@@ -35,21 +38,22 @@ def test_masks_math_quick_preset_end_to_end(tmp_path):
         assert claim["verdict"] == "NOT MEASURED", claim["evidence"]
         assert claim["source"].startswith("001_76659a6d281e669d.txt, ")
     accuracy = results["sections"][0]["tables"][0]
-    assert [row[0] for row in accuracy["rows"]] == ["easy_test", "medium_test", "hard_test"]
-    assert accuracy["columns"][1:] == ["no mask", "IID mask (all levels)", "easy mask"]
+    assert [row[:2] for row in accuracy["rows"]] == [
+        ["arithmetic__add_or_sub", f"{level}_test"] for level in ("easy", "medium", "hard")]
+    assert accuracy["columns"][2:] == ["no mask", "IID mask (all levels)", "easy mask"]
 
 
-def seed(easy, medium, hard):
+def seed(easy, medium, hard, module="numbers__place_value"):
     """Measures of one seed: per test level, (no mask, IID mask, easy mask) exact match."""
     levels = {"easy": easy, "medium": medium, "hard": hard}
-    return {"accuracy": {level: dict(zip(("none", "iid", "easy"), values))
-                         for level, values in levels.items()}}
+    return {"module": module, "accuracy": {level: dict(zip(("none", "iid", "easy"), values))
+                                           for level, values in levels.items()}}
 
 
-def verdicts(seeds) -> dict:
+def verdicts(seeds, preset="default") -> dict:
     math = experiment("masks-math")
     return {c.id: c for c in judge_all(math.spec.claims,
-                                       math.measured(math.preset("default"), seeds))}
+                                       math.measured(math.preset(preset), seeds))}
 
 
 @pytest.mark.parametrize(("seeds", "expected"), [
@@ -69,6 +73,27 @@ def test_masks_math_claims_follow_the_measured_pattern(seeds, expected):
     assert list(claims) == IDS
     assert [c.verdict for c in claims.values()] == expected
     assert len(claims["easy-mask-loses-hard"].values["IID mask on hard"]["seeds"]) == len(seeds)
+
+
+def test_fig_3_6_drop_must_hold_for_every_module_and_seed():
+    # paper: Fig. 3.6's five modules in one run; one module without the drop fails the claim
+    modules = experiment("masks-math").preset("paper")["modules"]
+    drop = [seed((1, 1, 1), (1, 1, 1), (0.95, 0.9, 0.5), m) for m in modules for _ in range(5)]
+    assert verdicts(drop, "paper")["easy-mask-loses-hard"].verdict == PASS
+    drop[-1] = seed((1, 1, 1), (1, 1, 1), (0.95, 0.9, 0.85), modules[-1])
+    claim = verdicts(drop, "paper")["easy-mask-loses-hard"]
+    assert claim.verdict == FAILS and len(claim.values["IID mask on hard"]["seeds"]) == 25
+
+
+def test_fig_3_6_bars_show_each_modules_hard_test_set_and_one_module_its_levels():
+    seeds = [seed((1, 1, 1), (1, 1, 1), (0.9, 0.8, 0.2), "comparison__sort"),
+             seed((1, 1, 1), (1, 1, 1), (0.7, 0.6, 0.4), "comparison__sort"),
+             seed((1, 1, 1), (1, 1, 1), (0.5, 0.5, 0.5), "polynomials__collect")]
+    bars, caption = accuracy_bars(seeds, ["comparison__sort", "polynomials__collect"])
+    assert bars["easy mask"] == pytest.approx({"sort": 30.0, "collect": 50.0})
+    assert bars["no mask"] == pytest.approx({"sort": 80.0, "collect": 50.0}) and "hard" in caption
+    bars, _ = accuracy_bars(seeds[:2], ["comparison__sort"])
+    assert bars["IID mask (all levels)"] == pytest.approx({"easy": 100, "medium": 100, "hard": 70})
 
 
 def test_masks_math_claims_wait_for_a_net_that_answers_hard_questions():
@@ -102,13 +127,36 @@ def test_paper_nets_train_with_b37s_optimizer_and_tab_b3_settings_reach_their_ph
     # B.3.7: the nets' Adam at lr 1e-4, betas (0.9, 0.995), clip 1; Tab. B.3's linear_1d
     # column: a 5k-step warmup for the net only, masks on batches of 400 beside the net's 512
     exp = experiment("masks-math")
-    net = exp.arms({**exp.preset("paper"), "seeds": [0]})[0].config().train
+    base = exp.arms({**exp.preset("paper"), "seeds": [0]})[0].config()
+    net = base.train
     assert (net.lr, net.betas, net.grad_clip, net.warmup_steps) == (1e-4, (0.9, 0.995), 1.0, 0)
-    params = exp.preset("paper") | {"seeds": [0], "module": "algebra__linear_1d", "batch": 512,
-                                    "mask_batch": 400, "base_warmup": 5000}
-    params = validate_params(exp.params_model, params, "masks-math:paper")
-    net = exp.arms(params)[0].config()
-    assert (net.task.module, net.train.batch_size, net.train.warmup_steps) == \
-        ("algebra__linear_1d", 512, 5000)
-    masks = [a.config().train for a in exp.mask_arms(params, [Base(model="any")])]
-    assert {(m.batch_size, m.warmup_steps, m.betas) for m in masks} == {(400, 0, (0.9, 0.99))}
+    # add_or_sub as the published generator draws it: the levels are thirds of entropy 4-16
+    assert (base.task.module, base.task.number_sampling) == ("arithmetic__add_or_sub", "generator")
+    params = exp.preset("paper") | {"seeds": [0]}
+    nets = {arm.labels["module"]: arm.config() for arm in exp.arms(params)}
+    assert list(nets) == ["arithmetic__add_or_sub", "algebra__linear_1d", "calculus__differentiate",
+                          "comparison__sort", "polynomials__collect"]  # Fig. 3.6
+    assert {m: (n.train.batch_size, n.train.steps, n.train.warmup_steps) for m, n in nets.items()} == {
+        "arithmetic__add_or_sub": (256, 30_000, 0), "algebra__linear_1d": (512, 200_000, 5000),
+        "calculus__differentiate": (128, 40_000, 0), "comparison__sort": (256, 30_000, 0),
+        "polynomials__collect": (128, 200_000, 5000)}
+    assert {n.task.module for n in nets.values()} == set(nets)
+    linear = Base()
+    linear.labels = {"role": "base", "module": "algebra__linear_1d"}
+    masks = [a.config() for a in exp.mask_arms(params, [linear])]
+    assert {(m.train.batch_size, m.train.warmup_steps, m.train.betas, m.train.steps,
+             m.train.lr, m.model.beta, m.task.module) for m in masks} == {
+        (400, 0, (0.9, 0.99), 50_000, 0.02, 1e-6, "algebra__linear_1d")}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"modules": []}, "at least 1"),
+    ({"modules": ["arithmetic__add_or_sub", "arithmetic__add_or_sub"]}, "twice"),
+    ({"module_settings": {"comparison__sort": {"beta": 1e-6}}}, "not in modules"),
+    ({"module_settings": {"numbers__place_value": {"steps": 5}}}, "steps"),
+    ({"modules": ["algebra__linear_2d"]}, "algebra__linear_1d"),
+])
+def test_bad_module_parameters_are_refused(change, message):
+    exp = experiment("masks-math")
+    with pytest.raises(SglabError, match=message):
+        validate_params(exp.params_model, exp.preset("default") | change, "masks-math:default")

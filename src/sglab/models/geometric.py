@@ -73,12 +73,15 @@ def geometric_weights(logits: torch.Tensor, source_mask: torch.Tensor | None = N
 class GeometricAttention(nn.Module):
     """Multi-head directional geometric self-attention (bidirectional by construction)."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, normalize: bool = False):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, normalize: bool = False,
+                 kv_bias: bool = False):
         super().__init__()
         self.n_heads, self.head_dim, self.d_model = n_heads, d_model // n_heads, d_model
         self.query = nn.Linear(d_model, d_model, bias=True)    # W_q, b_q
-        self.key = nn.Linear(d_model, d_model, bias=False)     # W_kE (keys have no bias)
-        self.value = nn.Linear(d_model, d_model, bias=False)
+        # W_kE and W_v; Eq. 5.10 has no key bias (the NDR code neither), the CTL++ code's
+        # layer has key and value biases (kv_bias)
+        self.key = nn.Linear(d_model, d_model, bias=kv_bias)
+        self.value = nn.Linear(d_model, d_model, bias=kv_bias)
         self.direction = nn.Linear(d_model, 2 * n_heads)       # [W_LR; W_RL] per head (Eq. 5.9)
         self.out = nn.Linear(d_model, d_model, bias=False)
         self.alpha = nn.Parameter(torch.tensor(1.0 / math.sqrt(self.head_dim)))

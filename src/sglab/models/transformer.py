@@ -117,7 +117,7 @@ def make_attention(config: TransformerConfig, rotary: nn.Module | None) -> nn.Mo
     attention = config.attention
     if attention.kind == "geometric":
         return GeometricAttention(config.d_model, config.n_heads, attention.dropout,
-                                  attention.normalize)
+                                  attention.normalize, attention.kv_bias)
     if attention.kind == "abs_rel_gated":
         return AbsRelGatedAttention(config.d_model, config.n_heads, attention.dropout,
                                     attention.key_dropout)
@@ -342,7 +342,9 @@ def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
     re-initializes a positional projection that geometric attention never uses, so the
     directional projection (W_LR, W_RL; Eq. 5.9) keeps nn.Linear's default,
     U(+-1/sqrt(d)) -- 2.3x narrower than Xavier at d = 64 -- and so do all FFN biases;
-    the query bias (a per-head content bias there) starts at 0. ``xavier``: the
+    the query bias (a per-head content bias there) starts at 0. ``ctlpp_code``: the
+    CTL++ code's NDR, whose attention initializes W_v and W_o over d -> d and keeps
+    nn.Linear's biases (with ``attention.kv_bias``). ``xavier``: the
     directional projection gets Xavier bounds as well and FFN biases start at 0.
     ``code`` also gives relative-position attention the thesis code's Xavier init
     (:func:`xavier_relative_attention_`) and leaves the data FFN's output layer of the
@@ -351,16 +353,19 @@ def init_ndr_weights(model: nn.Module, scheme: str = "code") -> None:
     for module in model.modules():
         if isinstance(module, GeometricAttention):
             d, head = module.d_model, module.head_dim
-            bound = math.sqrt(6 / (d + head))  # fan_in d, fan_out d_head
-            for linear in (module.query, module.key, module.value):
+            per_head = math.sqrt(6 / (d + head))  # fan_in d, fan_out d_head
+            # the CTL++ code's reset takes values and the head merge over all heads at once
+            # (layers/transformer/direction_sensitive_geometric.py there), biases kept
+            whole = math.sqrt(6 / (2 * d)) if scheme == "ctlpp_code" else per_head
+            for linear, bound in ((module.query, per_head), (module.key, per_head),
+                                  (module.value, whole), (module.out, whole)):
                 nn.init.uniform_(linear.weight, -bound, bound)
-            nn.init.uniform_(module.out.weight, -bound, bound)  # fan_in d_head, fan_out d
             if scheme == "xavier":
                 bound = math.sqrt(6 / (d + 2))  # directions: fan_in d, fan_out 2
                 nn.init.uniform_(module.direction.weight, -bound, bound)
-            else:
+            elif scheme == "code":  # the NDR code's per-head content bias starts at 0
                 nn.init.zeros_(module.query.bias)
-        elif isinstance(module, (RelativeSelfAttention, AbsRelGatedAttention)) and scheme == "code":
+        elif isinstance(module, (RelativeSelfAttention, AbsRelGatedAttention)) and scheme != "xavier":
             xavier_relative_attention_(module)
         elif isinstance(module, CopyGateBlock):
             # the tanh-update layer of the thesis code leaves its data FFN's output layer

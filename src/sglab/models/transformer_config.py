@@ -184,7 +184,11 @@ class GeometricAttentionConfig(AttentionConfig):
     kind: Literal["geometric"] = "geometric"
     dropout: float = _ATTENTION_DROPOUT
     normalize: bool = Field(
-        False, description="L1-normalize each row of the attention (off in the thesis).")
+        False, description="L1-normalize each row of the attention (off for the thesis code's "
+                          "NDR; on for its + geom. layer).")
+    kv_bias: bool = Field(
+        False, description="Biases on the key and value projections (Eq. 5.10 and the NDR code "
+                           "have none; the CTL++ code's NDR has both).")
 
 
 class AbsRelGatedAttentionConfig(AttentionConfig):
@@ -428,15 +432,17 @@ class TorchInit(InitConfig):
     geometric attention, relative attention and copy-gated layers."""
 
     kind: Literal["torch"] = "torch"
-    ndr_init: Literal["code", "xavier"] = Field(
-        "code", description="code: as the thesis code ends up -- Xavier weights, the "
+    ndr_init: Literal["code", "ctlpp_code", "xavier"] = Field(
+        "code", description="code: as the thesis's NDR code ends up -- Xavier weights, the "
                             "directional projection (W_LR, W_RL) and all FFN biases keep "
                             "PyTorch's default init, the query bias starts at 0; relative-"
                             "position attention gets Xavier W_q, [W_kE; W_v], W_kP and zero "
                             "projection biases; the tanh-update gated layers' data FFN output "
-                            "keeps nn.Linear's init. xavier: Xavier for the directional "
-                            "projection too, zero FFN biases, gain 5/3 on every data FFN "
-                            "output, relative attention at nn.Linear's init.")
+                            "keeps nn.Linear's init. ctlpp_code: as code, but geometric "
+                            "attention as the CTL++ code's: W_v and W_o Xavier over d -> d, "
+                            "projection biases at nn.Linear's init. xavier: Xavier for the "
+                            "directional projection too, zero FFN biases, gain 5/3 on every "
+                            "data FFN output, relative attention at nn.Linear's init.")
 
 
 class FanInInit(InitConfig):

@@ -81,6 +81,7 @@ class LegacyTransformerFields(StrictModel):
     attention_bias: bool | None = None
     attention_learned_scale: bool = False
     geometric_normalize: bool = False
+    geometric_kv_bias: bool = False
     copy_gate: bool = False
     copy_gate_bias_init: float = -3.0
     copy_gate_ffn_dropout: float | None = Field(None, ge=0, lt=1)
@@ -95,7 +96,7 @@ class LegacyTransformerFields(StrictModel):
     act_loss_weight: float = Field(0.03, ge=0)
     act_bias_init: float = 1.0
     copy_gate_ffn: Literal["relu", "gelu_residual"] = "relu"
-    ndr_init: Literal["code", "xavier"] = "code"
+    ndr_init: Literal["code", "ctlpp_code", "xavier"] = "code"
 
 
 LEGACY_DEFAULTS: dict[str, Any] = LegacyTransformerFields().model_dump(mode="json")
@@ -130,7 +131,8 @@ FIELDS: dict[str, dict[str, dict[str, str]]] = {
                     "weight_dropout": "attention_weight_dropout",
                     "key_dropout": "attention_key_dropout", "bias": "attention_bias",
                     "learned_scale": "attention_learned_scale"},
-        "geometric": {"dropout": "attention_dropout", "normalize": "geometric_normalize"},
+        "geometric": {"dropout": "attention_dropout", "normalize": "geometric_normalize",
+                      "kv_bias": "geometric_kv_bias"},
         "abs_rel_gated": {"dropout": "attention_dropout", "key_dropout": "attention_key_dropout"},
     },
     "ffn": {

@@ -36,7 +36,11 @@ ood_test    extrapolate: entropy ~ U[12,    extrapolate: 10-12    entropy 12; so
 As the generator, the four entropy modules drop and draw again questions over 160 characters
 and answers over 30 (add_or_sub never reaches them).
 
-``number_sampling="generator"`` draws place_value's numbers as the published generator does
+``number_sampling="generator"`` draws add_or_sub as the published generator's
+``modules/arithmetic.py`` (entropy U[4, 16] in training and thirds [4, 8), [8, 12), [12, 16]
+as its levels, 12 to interpolate, U[16, 20] to extrapolate as ``add_or_sub_big``; the entropy
+split at random between two integers or decimals; its templates), and place_value's numbers
+as the published generator does
 (``modules/numbers.py``): an integer uniform in [1, 10^e + 1] for an entropy e, with e ~ U[3, 10]
 in training (so up to 10 digits, the billions place included), e = 8 for interpolate (about 90%
 8-digit numbers) and e = 12 for extrapolate (about 90% 12-digit numbers: the ten and hundred
@@ -69,10 +73,13 @@ from typing import Literal, get_args
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from sglab import registry
 from sglab.tasks.mathematics_modules import (
+    ADD_SUB_ADD_TEMPLATES,
+    ADD_SUB_DISTANCE_TEMPLATES,
+    ADD_SUB_SUB_TEMPLATES,
     COLLECT_TEMPLATE,
     DIFFERENTIATE_TEMPLATES,
     DIRECTIONS,
@@ -82,6 +89,7 @@ from sglab.tasks.mathematics_modules import (
     SORT_TEMPLATES,
     collect_example,
     differentiate_example,
+    generator_add_or_sub_example,
     linear_1d_example,
     sort_example,
     sort_more_example,
@@ -124,6 +132,10 @@ DIFFICULTY_LEVELS["numbers__place_value"] = {"easy": (2, 4), "medium": (5, 7), "
 # place_value's entropy ranges with number_sampling="generator" (its training files are the
 # thirds of the training range, ENTROPY_THIRDS)
 PLACE_VALUE_ENTROPY = GENERATOR_ENTROPY
+# add_or_sub's with number_sampling="generator": modules/arithmetic.py's _ADD_SUB_ENTROPY_TRAIN,
+# _INTERPOLATE and _EXTRAPOLATE (add_or_sub_big), and the thirds of its training range
+ADD_SUB_ENTROPY = {"train": (4, 16), "iid_valid": (12, 12), "ood_test": (16, 20)}
+ADD_SUB_THIRDS = {"easy": (4, 8), "medium": (8, 12), "hard": (12, 16)}
 # the generator drops longer questions and answers (generate_settings.py), and draws again
 MAX_QUESTION_LENGTH, MAX_ANSWER_LENGTH = 160, 30
 
@@ -204,14 +216,19 @@ ENTROPY_EXAMPLES: dict[str, Example] = {
 }
 # ood_test takes the generator's extrapolation module where it is more than a higher entropy
 EXTRAPOLATE_EXAMPLES: dict[str, Example] = {"comparison__sort": sort_more_example}
+# number_sampling="generator": modules that sglab otherwise draws its own way
+GENERATOR_EXAMPLES: dict[str, Example] = {"arithmetic__add_or_sub": generator_add_or_sub_example}
 
 
 def difficulty_tables(module: str, number_sampling: NumberSampling = "digits"
                       ) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]]:
     """(low, high) per split and per third of the training range (``easy``, ``medium``,
     ``hard``): entropy, or for place_value with ``digits`` the digit count."""
-    if module == "numbers__place_value" and number_sampling == "generator":
-        return PLACE_VALUE_ENTROPY, ENTROPY_THIRDS
+    if number_sampling == "generator":
+        if module == "numbers__place_value":
+            return PLACE_VALUE_ENTROPY, ENTROPY_THIRDS
+        if module == "arithmetic__add_or_sub":
+            return ADD_SUB_ENTROPY, ADD_SUB_THIRDS
     return DIFFICULTY[module], DIFFICULTY_LEVELS[module]
 
 
@@ -230,8 +247,11 @@ def generate_in(module: str, difficulty: tuple[float, float], n: int,
     variant where it has one (EXTRAPOLATE_EXAMPLES)."""
     low, high = difficulty
     if module in ENTROPY_EXAMPLES:
-        example = (EXTRAPOLATE_EXAMPLES.get(module, ENTROPY_EXAMPLES[module]) if extrapolate
-                   else ENTROPY_EXAMPLES[module])
+        example = ENTROPY_EXAMPLES[module]
+        if number_sampling == "generator":
+            example = GENERATOR_EXAMPLES.get(module, example)
+        if extrapolate:
+            example = EXTRAPOLATE_EXAMPLES.get(module, example)
         return [within_limits(example, rng, low, high) for _ in range(n)]
     if number_sampling == "generator":
         return [place_value_question_about(rng, str(generator_integer(rng, rng.uniform(low, high))))
@@ -252,7 +272,8 @@ def within_limits(example: Example, rng: np.random.Generator, low: float, high: 
 FIRST_SYMBOLS = sorted(set("".join(ADD_TEMPLATES + SUB_TEMPLATES + PLACE_NAMES)
                           + "What is the digit of?0123456789-."))
 _TEXT = "".join((LINEAR_1D_TEMPLATE, COLLECT_TEMPLATE, *SORT_TEMPLATES, *DIFFERENTIATE_TEMPLATES,
-                 *ORDINALS, *DIRECTIONS[True], *DIRECTIONS[False]))
+                 *ORDINALS, *DIRECTIONS[True], *DIRECTIONS[False], *ADD_SUB_ADD_TEMPLATES,
+                 *ADD_SUB_SUB_TEMPLATES, *ADD_SUB_DISTANCE_TEMPLATES))
 # templates without their {placeholders}, variable names, digits, signs and operators
 ALL_SYMBOLS = sorted(set(FIRST_SYMBOLS) | set(re.sub(r"\{\w+\}", "", _TEXT)) | set(LETTERS)
                      | set("0123456789-+*/=., "))
@@ -270,18 +291,15 @@ class MathematicsConfig(Seq2SeqTaskConfig):
         False, description="Also evaluate on easy_test, medium_test and hard_test (eval_size "
                            "questions of each level, kept out of training).")
     number_sampling: NumberSampling = Field(
-        "digits", description="place_value only. digits: a digit count uniform in 2-9 (train, "
-                              "interpolate) or 10-12 (extrapolate); generator: as the published "
-                              "generator, an integer uniform in [1, 10^e + 1], entropy e ~ U[3, 10] "
-                              "(train), 8 (interpolate), 12 (extrapolate).")
-
-    @model_validator(mode="after")
-    def _sampling_applies(self) -> MathematicsConfig:
-        if self.number_sampling != "digits" and self.module != "numbers__place_value":
-            raise ValueError(f"task.number_sampling={self.number_sampling} applies to "
-                             "numbers__place_value only; drop it for module "
-                             f"{self.module}")
-        return self
+        "digits", description="How place_value and add_or_sub draw their numbers (the other "
+                              "modules always draw as the published generator). digits: "
+                              "sglab's own (place_value: a digit count uniform in 2-9, or 10-12 "
+                              "to extrapolate; add_or_sub: entropy U[3, 10] shared 30-70% "
+                              "between the operands); generator: as the published generator "
+                              "(place_value: an integer uniform in [1, 10^e + 1], e ~ U[3, 10], "
+                              "8 to interpolate, 12 to extrapolate; add_or_sub: entropy U[4, 16], "
+                              "12, U[16, 20] split at random, integers or decimals, its "
+                              "templates).")
 
     def evaluation_splits(self) -> list[str]:
         levels = [f"{level}_test" for level in LEVELS] if self.difficulty_splits else []
@@ -330,10 +348,12 @@ class MathematicsTask(Seq2SeqTask):
                 "place_in_train": (place < trained_places).long()}
 
     def symbols(self) -> list[str]:
-        """Every character a question or answer can hold: add_or_sub and place_value keep
-        their own vocabulary (so their runs stay as they were), the other modules share one
-        that covers all six."""
-        if self.config.module in ("arithmetic__add_or_sub", "numbers__place_value"):
+        """Every character a question or answer can hold: place_value and add_or_sub drawn
+        sglab's way keep their own vocabulary (so their runs stay as they were), the other
+        modules and the generator's add_or_sub share one that covers all six."""
+        module, sampling = self.config.module, self.config.number_sampling
+        if module == "numbers__place_value" or (module == "arithmetic__add_or_sub"
+                                                and sampling == "digits"):
             return FIRST_SYMBOLS
         return ALL_SYMBOLS
 

@@ -1,4 +1,5 @@
-"""Four more Mathematics Dataset modules: linear_1d, differentiate, sort and collect.
+"""Mathematics Dataset modules as the published generator draws them: linear_1d,
+differentiate, sort, collect, and add_or_sub (``number_sampling="generator"``).
 
 Each module is a function ``(rng, entropy) -> (question, answer)``, re-implemented from the
 rules of the published generator (Saxton et al. 2019): its question templates, how it spends
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import string
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -90,8 +91,10 @@ def non_integer_decimal(rng: np.random.Generator, entropy: float, signed: bool) 
 
 
 def decimal_text(value: Fraction) -> str:
-    """A terminating fraction in plain decimal notation: -3/20 -> -0.15."""
-    return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+    """A terminating fraction in plain decimal notation: -3/20 -> -0.15 (exact at any size)."""
+    with localcontext() as context:
+        context.prec = len(str(value.numerator)) + len(str(value.denominator)) + 2
+        return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
 
 
 def sort_numbers(rng: np.random.Generator, entropies: np.ndarray, only_integers: bool
@@ -136,6 +139,45 @@ def sort_example(rng: np.random.Generator, entropy: float, count: int | None = N
     question = template.format(values=", ".join(text for _, text in numbers), direction=direction)
     ordered = sorted(numbers, key=lambda number: number[0], reverse=not ascending)
     return question, ", ".join(text for _, text in ordered)
+
+
+# modules/arithmetic.py: _add_question_or_entity's and _sub_question_or_entity's templates;
+# the four "distance" / "difference" ones only when p >= q (the answer p - q is then |p - q|)
+ADD_SUB_ADD_TEMPLATES = ("{p} + {q}", "{p}+{q}", "Work out {p} + {q}.", "Add {p} and {q}.",
+                         "Put together {p} and {q}.", "Sum {p} and {q}.", "Total of {p} and {q}.",
+                         "Add together {p} and {q}.", "What is {p} plus {q}?",
+                         "Calculate {p} + {q}.", "What is {p} + {q}?")
+ADD_SUB_SUB_TEMPLATES = ("{p} - {q}", "Work out {p} - {q}.", "What is {p} minus {q}?",
+                         "What is {p} take away {q}?", "What is {q} less than {p}?",
+                         "Subtract {q} from {p}.", "Calculate {p} - {q}.", "What is {p} - {q}?")
+ADD_SUB_DISTANCE_TEMPLATES = tuple(f"What is the {adjective} between {pair}?"
+                                   for adjective in ("distance", "difference")
+                                   for pair in ("{p} and {q}", "{q} and {p}"))
+
+
+def integer_or_decimal(rng: np.random.Generator, entropy: float) -> Fraction:
+    """sample/number.py ``integer_or_decimal(entropy, signed=True)``: a signed integer or a
+    non-integer decimal, 1/2 each."""
+    if coin(rng):
+        return Fraction(integer(rng, entropy, True))
+    return non_integer_decimal(rng, entropy, True)
+
+
+def generator_add_or_sub_example(rng: np.random.Generator, entropy: float) -> tuple[str, str]:
+    """``What is -0.5 take away 1136?`` -> ``-1136.5`` (modules/arithmetic.py add_or_sub,
+    pure): addition or subtraction 1/2 each; p gets an entropy uniform in [0, entropy] (at
+    least 1), q the rest (at least 1); each is an integer or a decimal."""
+    is_addition = coin(rng)
+    entropy_p = max(1.0, rng.uniform(0, entropy))
+    entropy_q = max(1.0, entropy - entropy_p)
+    p, q = integer_or_decimal(rng, entropy_p), integer_or_decimal(rng, entropy_q)
+    if is_addition:
+        templates, answer = ADD_SUB_ADD_TEMPLATES, p + q
+    else:
+        templates = ADD_SUB_SUB_TEMPLATES + (ADD_SUB_DISTANCE_TEMPLATES if p >= q else ())
+        answer = p - q
+    template = templates[randint(rng, 0, len(templates) - 1)]
+    return template.format(p=decimal_text(p), q=decimal_text(q)), decimal_text(answer)
 
 
 def sort_more_example(rng: np.random.Generator, entropy: float) -> tuple[str, str]:

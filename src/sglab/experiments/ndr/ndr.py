@@ -12,8 +12,10 @@ the same evaluation record). Presets and claims: ``ndr-ctl.yaml``, ``ndr-arithme
 ``ndr-listops.yaml`` beside this module (parameters: :class:`~sglab.experiments.ndr.
 ndr_grid.NDRParams`).
 The report shows the accuracy table and, for the NDR, attention maps and gate
-activity step by step for one test input (:mod:`sglab.experiments.ndr.ndr_routing`); the
-grids are built in :mod:`sglab.experiments.ndr.ndr_grid`.
+activity step by step for one test input; on CTL also where each gated model's readout
+column reads from, by input length (Sec. 5.2.1; both in
+:mod:`sglab.experiments.ndr.ndr_routing`). The grids are built in
+:mod:`sglab.experiments.ndr.ndr_grid`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ from sglab.experiments.ndr.ndr_grid import (
     ndr_arms,
     row_keys,
 )
-from sglab.experiments.ndr.ndr_routing import gates_open_in_order, routing_figures, routing_probe
+from sglab.experiments.ndr.ndr_routing import (
+    gates_open_in_order,
+    readout_by_length,
+    readout_figure,
+    readout_table,
+    routing_figures,
+    routing_probe,
+)
 from sglab.experiments.runs import Arm, FinishedRun, RunSet, selected
 from sglab.report.plots import Panel, learning_curves, metric_line
 
@@ -91,6 +100,8 @@ class NDRExperiment(Experiment):
 DEPTH_CLAIMS = [("ndr-needs-depth-4", 4), ("ndr-needs-depth-6", 6), ("ndr-needs-depth-8", 8),
                 ("ndr-needs-depth-10", 10), ("ndr-depth-12-generalizes", 12)]
 SELECTED = "at the checkpoint with the best OOD-validation accuracy, per seed"
+#: The gated models of Table 5.1, whose readout the report traces (Sec. 5.2.1).
+GATED = ("rel_gate", "abs_rel_gate", "ndr")
 
 
 class NDRCTL(NDRExperiment):
@@ -141,8 +152,32 @@ class NDRCTL(NDRExperiment):
                      "best OOD-validation checkpoint.",
              "figures": [self.curves_figure(params, runs, out_dir)]},
             self.routing_section(params, runs, out_dir, "Routing of the NDR (Fig. 5.3)"),
+            self.readout_section(params, runs, out_dir),
         ]
-        return {"measured": measured, "sections": sections}
+        return {"measured": measured, "sections": [s for s in sections if s]}
+
+    def readout_section(self, params: dict[str, Any], runs: RunSet, out_dir: Path
+                        ) -> dict[str, Any] | None:
+        """Sec. 5.2.1's analysis: where the readout column of each gated model reads from,
+        by number of functions, every seed, in the routing condition (backward)."""
+        condition = params.get("routing_condition") or next(iter(params["conditions"]))
+        curves = {model_label(key): [
+            (run.seed, run.measure("readout by length",
+                                   lambda run: readout_by_length(run.model("best"), run.task)))
+            for run in self.cell(runs, key, condition)]
+            for key in GATED if key in params["variants"]}
+        if not curves:
+            return None
+        return {"title": "Where the readout column reads (Sec. 5.2.1)",
+                "text": "The thesis found that + rel + gate 'learns to attend to the last "
+                        "operation based on relative position information. Since the result is "
+                        "read from the last column, this position changes with the sequence "
+                        "length. The model thus fails to generalize to such arbitrary offsets' "
+                        "(backward); + abs/rel + gate and the NDR read it by absolute position or "
+                        "by content. Read here: attention of the readout column on the answer's "
+                        "column (the function applied last) at the last step.",
+                "tables": [readout_table(curves)],
+                "figures": [readout_figure(curves, condition, out_dir)]}
 
     def _depth_measures(self, params: dict[str, Any], runs: RunSet
                         ) -> dict[str, Measured | NotMeasured]:

@@ -1,18 +1,29 @@
-"""How the Neural Data Router routes (thesis Fig. 5.3): one test input, step by step.
+"""How the Neural Data Router routes (thesis Fig. 5.3): one test input, step by step; and
+where a gated model's readout column reads from, by input length (Sec. 5.2.1).
 
 :func:`routing_probe` runs a trained NDR on the longest test input of its task
 (:func:`sglab.analysis.routing.probe_longest_input`: the attention of every step and head
 and the mean copy-gate value of every column at every step), once per run. The report's
 figures and the gate-order claim both read that probe, so the claim is measured whether or
 not figures are drawn.
+
+:func:`readout_by_length` measures the thesis's analysis of + rel + gate on backward CTL
+("the network learns to attend to the last operation based on relative position
+information. Since the result is read from the last column, this position changes with the
+sequence length", Sec. 5.2.1): the attention of the readout column on the answer's column at
+the last step, for every number of functions of the evaluation splits.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from sglab.analysis.hooks import capture
+from sglab.analysis.hooks import run as model_output
 from sglab.analysis.routing import (
     RoutingProbe,
     first_open_steps,
@@ -21,7 +32,7 @@ from sglab.analysis.routing import (
 )
 from sglab.experiments.claims import Measured, NotMeasured
 from sglab.experiments.runs import FinishedRun
-from sglab.report.plots import heatmap_grid
+from sglab.report.plots import Line, Panel, heatmap_grid, line_figure
 
 RHO = "Spearman ρ(position, step)"
 OPENED = "fraction of function columns that open"
@@ -87,4 +98,99 @@ def routing_figures(probe: RoutingProbe, condition: str, out_dir: Path) -> list[
     return figures
 
 
-__all__ = ["gates_open_in_order", "routing_figures", "routing_probe"]
+@dataclass(frozen=True)
+class ReadoutCell:
+    """The inputs of one split with one number of functions."""
+
+    split: str
+    functions: int
+    examples: int
+    on_answer: float  # mean attention of the readout column on the answer's column
+    accuracy: float
+
+
+def answer_columns(task, input_ids: torch.Tensor) -> torch.Tensor:
+    """Per CTL input (one row each, no padding): the column of the function applied last,
+    which holds the answer once every function is applied (forward: the rightmost function,
+    backward: the leftmost)."""
+    is_function = torch.isin(input_ids, task.function_ids)
+    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+    if task.config.direction == "forward":
+        return positions.masked_fill(~is_function, -1).amax(1)
+    return positions.masked_fill(~is_function, input_ids.shape[1]).amin(1)
+
+
+def readout_by_length(model, task, per_length: int = 50) -> list[ReadoutCell]:
+    """For each evaluation split and number of functions, over its first ``per_length``
+    inputs: the attention of the readout column (the model's ``readout``: first or last
+    column) on the answer's column at the last step (max over heads), and the accuracy."""
+    readout = model.config.readout
+    if readout not in ("first", "last"):
+        raise ValueError(f"the model reads out {readout!r}, not one column")
+    cells = []
+    for split in task.eval_splits:
+        examples = task.split(split)
+        counts = examples.groups["length"]
+        for functions in sorted(set(counts.tolist())):
+            index = torch.nonzero(counts == functions).flatten()[:per_length]
+            batch = examples.subset(index).batch()
+            if not bool(batch.key_padding_mask.all()):
+                raise ValueError(f"{split}: inputs with {functions} functions differ in length")
+            pattern = capture(model, ["blocks.*.attn.pattern"], batch.input_ids,
+                              batch.key_padding_mask)
+            last_step = pattern[max(pattern, key=lambda name: int(name.split(".")[1]))]
+            reader = 0 if readout == "first" else batch.input_ids.shape[1] - 1
+            answer = answer_columns(task, batch.input_ids)
+            rows = torch.arange(len(index))
+            on_answer = last_step.amax(1)[rows, reader, answer]  # [n, heads, N, N] -> [n]
+            with torch.no_grad():
+                logits = model_output(model, batch.input_ids, batch.key_padding_mask)
+            correct = logits[:, 0].argmax(-1) == batch.targets[:, 0]
+            cells.append(ReadoutCell(split, functions, len(index), float(on_answer.mean()),
+                                     float(correct.float().mean())))
+    return cells
+
+
+def readout_figure(curves: dict[str, list[tuple[int, list[ReadoutCell]]]], condition: str,
+                   out_dir: Path) -> dict:
+    """One panel per model: attention of the readout column on the answer's column (solid)
+    and accuracy (dotted) against the number of functions, one colour per seed."""
+    panels = []
+    for model_name, seeds in curves.items():
+        lines = []
+        for color, (seed, cells) in enumerate(seeds):
+            x = [c.functions for c in cells]
+            lines += [Line(x, [c.on_answer for c in cells], f"seed {seed}", color, "-", "o"),
+                      Line(x, [c.accuracy for c in cells], None, color, ":")]
+        panels.append(Panel(model_name, lines, ylim=(-0.02, 1.02), integer_x=True))
+    return line_figure(
+        out_dir, "readout_attention", panels, title="Where the readout column reads",
+        xlabel="functions", ylabel="attention on the answer's column",
+        caption=f"{condition} CTL, checkpoint with the best OOD-validation accuracy: attention "
+                "of the readout column on the column of the function applied last (solid; last "
+                "step, max over heads; mean over up to 50 inputs per length) and accuracy "
+                "(dotted). Training: 1-5 functions; OOD validation 6-8; test 9-10. Sec. 5.2.1: "
+                "+ rel + gate attends by relative position, which moves with the length.")
+
+
+def readout_table(curves: dict[str, list[tuple[int, list[ReadoutCell]]]]) -> dict:
+    """Per model and seed, each split's mean over its lengths: attention on the answer's
+    column / accuracy."""
+    splits = list(dict.fromkeys(c.split for seeds in curves.values() for _, cells in seeds
+                                for c in cells))
+    rows = []
+    for model_name, seeds in curves.items():
+        for seed, cells in seeds:
+            row = [model_name, str(seed)]
+            for split in splits:
+                here = [c for c in cells if c.split == split]
+                row.append(f"{np.mean([c.on_answer for c in here]):.2f} / "
+                           f"{np.mean([c.accuracy for c in here]):.2f}")
+            rows.append(row)
+    return {"title": "Attention of the readout column on the answer's column / accuracy, "
+                     "mean over each split's lengths",
+            "columns": ["model", "seed", *splits], "rows": rows}
+
+
+__all__ = ["ReadoutCell", "answer_columns", "gates_open_in_order", "readout_by_length",
+           "readout_figure", "readout_table", "routing_figures", "routing_probe"]
