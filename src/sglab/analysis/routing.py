@@ -21,7 +21,9 @@ from torch import nn
 from sglab.analysis.hooks import capture
 
 
-def _by_step(captured: dict[str, torch.Tensor], suffix: str) -> torch.Tensor | None:
+def by_step(captured: dict[str, torch.Tensor], suffix: str) -> torch.Tensor | None:
+    """The captured ``blocks.{t}.<suffix>`` activations stacked in step order (None if
+    none was captured)."""
     steps = sorted((int(m.group(1)), v) for k, v in captured.items()
                    if (m := re.fullmatch(rf"blocks\.(\d+)\.{re.escape(suffix)}", k)))
     return torch.stack([v for _, v in steps]) if steps else None
@@ -41,8 +43,8 @@ def routing_trace(model: nn.Module, input_ids: torch.Tensor,
     captured = capture(model, patterns, input_ids[:1],
                        None if key_padding_mask is None else key_padding_mask[:1])
     length = int(key_padding_mask[0].sum()) if key_padding_mask is not None else input_ids.shape[1]
-    trace = {"attention": _by_step(captured, "attn.pattern")[:, 0, :, :length, :length]}
-    gates = _by_step(captured, "gate")
+    trace = {"attention": by_step(captured, "attn.pattern")[:, 0, :, :length, :length]}
+    gates = by_step(captured, "gate")
     if gates is not None:
         trace["gates"] = gates[:, 0, :length]
     return trace

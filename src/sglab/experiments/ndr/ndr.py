@@ -173,9 +173,10 @@ class NDRCTL(NDRExperiment):
                         "operation based on relative position information. Since the result is "
                         "read from the last column, this position changes with the sequence "
                         "length. The model thus fails to generalize to such arbitrary offsets' "
-                        "(backward); + abs/rel + gate and the NDR read it by absolute position or "
-                        "by content. Read here: attention of the readout column on the answer's "
-                        "column (the function applied last) at the last step.",
+                        "(backward), while + abs/rel + gate 'effectively manages to use the "
+                        "absolute position for the prediction'. A readout that holds at every "
+                        "length keeps its attention on the answer's column (the function applied "
+                        "last) as inputs grow; shown at the last step.",
                 "tables": [readout_table(curves)],
                 "figures": [readout_figure(curves, condition, out_dir)]}
 

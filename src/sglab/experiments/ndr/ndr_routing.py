@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sglab.analysis.hooks import capture
-from sglab.analysis.hooks import run as model_output
+from sglab.analysis.hooks import run, watching
 from sglab.analysis.routing import (
     RoutingProbe,
+    by_step,
     first_open_steps,
     max_over_heads,
     probe_longest_input,
@@ -136,15 +136,13 @@ def readout_by_length(model, task, per_length: int = 50) -> list[ReadoutCell]:
             batch = examples.subset(index).batch()
             if not bool(batch.key_padding_mask.all()):
                 raise ValueError(f"{split}: inputs with {functions} functions differ in length")
-            pattern = capture(model, ["blocks.*.attn.pattern"], batch.input_ids,
-                              batch.key_padding_mask)
-            last_step = pattern[max(pattern, key=lambda name: int(name.split(".")[1]))]
+            captured: dict[str, torch.Tensor] = {}
+            with watching(model, ["blocks.*.attn.pattern"], captured):
+                logits = run(model, batch)  # one pass: the answers and every step's attention
+            last_step = by_step(captured, "attn.pattern")[-1]  # [n, heads, N, N]
             reader = 0 if readout == "first" else batch.input_ids.shape[1] - 1
             answer = answer_columns(task, batch.input_ids)
-            rows = torch.arange(len(index))
-            on_answer = last_step.amax(1)[rows, reader, answer]  # [n, heads, N, N] -> [n]
-            with torch.no_grad():
-                logits = model_output(model, batch.input_ids, batch.key_padding_mask)
+            on_answer = last_step.amax(1)[torch.arange(len(index)), reader, answer]  # [n]
             correct = logits[:, 0].argmax(-1) == batch.targets[:, 0]
             cells.append(ReadoutCell(split, functions, len(index), float(on_answer.mean()),
                                      float(correct.float().mean())))
