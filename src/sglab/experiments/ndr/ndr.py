@@ -81,10 +81,14 @@ class NDRExperiment(Experiment):
                                "deeper inputs)", caption="Test accuracy during training, one "
                                "line per seed; dotted: chance.")
 
+    @staticmethod
+    def routing_condition(params: dict[str, Any]) -> str:
+        """The condition whose routing the report shows (the preset's, else the first)."""
+        return params.get("routing_condition") or next(iter(params["conditions"]))
+
     def routing_run(self, params: dict[str, Any], runs: RunSet) -> FinishedRun:
         """The first seed of the NDR in the condition whose routing the report shows."""
-        condition = params.get("routing_condition") or next(iter(params["conditions"]))
-        return self.cell(runs, "ndr", condition)[0]
+        return self.cell(runs, "ndr", self.routing_condition(params))[0]
 
     def routing_section(self, params: dict[str, Any], runs: RunSet, out_dir: Path,
                         title: str) -> dict[str, Any]:
@@ -160,7 +164,7 @@ class NDRCTL(NDRExperiment):
                         ) -> dict[str, Any] | None:
         """Sec. 5.2.1's analysis: where the readout column of each gated model reads from,
         by number of functions, every seed, in the routing condition (backward)."""
-        condition = params.get("routing_condition") or next(iter(params["conditions"]))
+        condition = self.routing_condition(params)
         curves = {model_label(key): [
             (run.seed, run.measure("readout by length",
                                    lambda run: readout_by_length(run.model("best"), run.task)))
