@@ -85,6 +85,19 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
                                          ["NDR", "0"]]
     assert readout["tables"][0]["columns"][2:] == ["iid_valid", "ood_valid", "ood_test"]
     assert len(readout["figures"]) == 1
+    # the depth ablation tested with more steps: at its training depth the analysis scores
+    # exactly what the run's own evaluation logged at the selected checkpoint (the quick
+    # preset's evaluations score every input, as the analysis does)
+    longer = next(s for s in results["sections"] if s["title"].startswith("The depth ablation"))
+    steps_table = longer["tables"][0]
+    assert steps_table["columns"] == ["model", "direction", "test, training depth",
+                                      "test, 2 steps more", "test, 4 steps more"]
+    assert [row[:2] for row in steps_table["rows"]] == [["NDR, 4 steps", "forward"],
+                                                        ["NDR, 4 steps", "backward"]]
+    shallow = next(row for row in table["rows"] if row[0] == "NDR, 4 steps")
+    for row, direction in zip(steps_table["rows"], ("forward", "backward")):
+        logged = shallow[table["columns"].index(f"test {direction}")]
+        assert row[2].split()[0] == logged.split()[0]
 
 
 def test_arithmetic_quick_preset_measures_every_claim(tmp_path):

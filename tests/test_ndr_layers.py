@@ -8,6 +8,7 @@ from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.models import build_model
 from sglab.models.geometric import GeometricAttention, geometric_weights
+from sglab.models.transformer import restrict_outputs
 
 NDR = ["model.attention=geometric", "model.copy_gate=true", "model.norm=post",
        "model.attention_mask=bidirectional", "model.pos_encoding=none", "model.readout=last",
@@ -290,6 +291,38 @@ def test_shared_layers_share_weights_and_run_extra_steps_at_test_time():
     model.config.block.eval_steps = None
     three = model(x, key_padding_mask=mask)
     assert five.shape == three.shape == (2, 1, 24) and not torch.allclose(five, three)
+
+
+def test_with_eval_steps_runs_the_trained_layer_longer_and_leaves_the_model_alone():
+    _, model = _ndr("model.n_layers=3", "model.shared_layers=true")
+    x = torch.randint(1, 24, (2, 7))
+    mask = torch.ones_like(x, dtype=torch.bool)
+    model.eval()
+    three = model(x, key_padding_mask=mask)
+    # the same number of steps computes the same; five steps equal a model built to run five
+    assert torch.equal(model.with_eval_steps(3)(x, key_padding_mask=mask), three)
+    five = model.with_eval_steps(5)
+    _, built = _ndr("model.n_layers=3", "model.shared_layers=true", "model.eval_steps=5")
+    built.load_state_dict(model.state_dict(), strict=False)  # the twins share blocks.0's tensors
+    built.eval()
+    assert torch.allclose(five(x, key_padding_mask=mask), built(x, key_padding_mask=mask))
+    assert not torch.allclose(five(x, key_padding_mask=mask), three)
+    # the weights are the same tensors; the model it came from still runs 3 steps
+    assert {id(p) for p in five.parameters()} == {id(p) for p in model.parameters()}
+    assert model.steps == 3 and len(model.blocks) == 3 and five.steps == 5
+    assert torch.equal(model(x, key_padding_mask=mask), three)
+    assert sorted(capture(five, ["blocks.*.gate"], x, mask)) == [f"blocks.{t}.gate"
+                                                                 for t in range(5)]
+    assert sorted(capture(model, ["blocks.*.gate"], x, mask)) == [f"blocks.{t}.gate"
+                                                                  for t in range(3)]
+    # the model's own hooks come along: a classification head's class mask (restrict_outputs)
+    restrict_outputs(model, [1, 2, 3], 24)
+    restricted = model(x, key_padding_mask=mask)
+    assert torch.equal(model.with_eval_steps(3)(x, key_padding_mask=mask), restricted)
+    assert (model.with_eval_steps(5)(x, key_padding_mask=mask)[..., 4:] < -5e3).all()
+    _, separate = _ndr("model.n_layers=3")
+    with pytest.raises(SglabError, match="shared-layer"):
+        separate.with_eval_steps(5)
 
 
 def test_readout_reads_the_last_real_column():

@@ -323,9 +323,13 @@ def share_weights(module: nn.Module) -> nn.Module:
 
     Shared layers apply one block at every step; giving each step such a twin keeps one
     stable hook name per step (``blocks.3.attn.pattern``) while the weights stay shared.
+    The module's own hooks (part of what it computes, such as :func:`restrict_outputs`'s
+    class mask) are kept in dicts of the twin's own, so hooks added later to either stay
+    with it.
     """
     twin = copy.copy(module)
-    twin.__dict__ = {key: (type(value)() if "hooks" in key and isinstance(value, dict) else value)
+    twin.__dict__ = {key: (type(value)(value) if "hooks" in key and isinstance(value, dict)
+                           else value)
                      for key, value in module.__dict__.items()}
     twin._parameters = OrderedDict(module._parameters)
     twin._buffers = OrderedDict(module._buffers)
@@ -431,6 +435,21 @@ class Transformer(nn.Module):
             return self.config.n_layers
         return self.config.block.eval_steps or self.config.n_layers
 
+    def with_eval_steps(self, steps: int) -> Transformer:
+        """This shared-layer model applying its one layer ``steps`` times in evaluation: a
+        twin holding the same weight tensors (nothing copied or trained) and hook points of
+        its own; this model is unchanged. Whether a layer learned on short inputs is a
+        general step shows in its accuracy on longer ones with more steps than it trained."""
+        if not self.config.block.shared:
+            raise SglabError(f"with_eval_steps needs a shared-layer model (block.shared=true); "
+                             f"this one has {self.config.n_layers} separate layers")
+        twin = share_weights(self)
+        while len(twin.blocks) < steps:
+            twin.blocks.append(share_weights(self.blocks[0]))
+        block = self.config.block.model_copy(update={"eval_steps": steps})
+        twin.config = self.config.model_copy(update={"block": block})
+        return twin
+
     def forward(self, input_ids: torch.Tensor,
                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tok_emb(input_ids)
@@ -474,14 +493,21 @@ class Transformer(nn.Module):
             self.statistics = {"act_steps": ((steps * real).sum(), real.sum())}
         return out
 
+    def readout_positions(self, x: torch.Tensor,
+                          key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """The index of the column each row of ``x`` [batch, len, ...] is read out from:
+        the first, or the last real one (shape [batch])."""
+        batch, length = x.shape[:2]
+        if self.config.readout == "first":
+            return torch.zeros(batch, dtype=torch.long, device=x.device)
+        if key_padding_mask is None:
+            return torch.full((batch,), length - 1, dtype=torch.long, device=x.device)
+        return key_padding_mask.long().sum(1) - 1
+
     def readout_column(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         """The first or the last real column, shape [batch, 1, d_model]."""
-        if self.config.readout == "first":
-            return x[:, :1]
-        if key_padding_mask is None:
-            return x[:, -1:]
-        last = key_padding_mask.long().sum(1) - 1
-        return x[torch.arange(x.shape[0], device=x.device), last][:, None]
+        rows = torch.arange(x.shape[0], device=x.device)
+        return x[rows, self.readout_positions(x, key_padding_mask)][:, None]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -37,6 +37,7 @@ from sglab.experiments.ndr.ndr_grid import (
     model_label,
     ndr_arms,
     row_keys,
+    test_steps_table,
 )
 from sglab.experiments.ndr.ndr_routing import (
     gates_open_in_order,
@@ -155,10 +156,26 @@ class NDRCTL(NDRExperiment):
                      "(model selection); test = 9-10 functions. Every row is read at its own "
                      "best OOD-validation checkpoint.",
              "figures": [self.curves_figure(params, runs, out_dir)]},
+            self.test_steps_section(params, runs),
             self.routing_section(params, runs, out_dir, "Routing of the NDR (Fig. 5.3)"),
             self.readout_section(params, runs, out_dir),
         ]
         return {"measured": measured, "sections": [s for s in sections if s]}
+
+    def test_steps_section(self, params: dict[str, Any], runs: RunSet
+                           ) -> dict[str, Any] | None:
+        """Whether each shallower NDR of Table 5.2 learned a general step that lacks only
+        steps at test: its one layer applied longer on the same test set."""
+        table = test_steps_table(params, runs, self.condition_label)
+        if table is None:
+            return None
+        return {"title": "The depth ablation with more steps at test",
+                "text": "Table 5.2 and its claims test each NDR with as many steps as it "
+                        "trained with. Here the same checkpoints apply their one shared layer "
+                        "more times on the same test inputs: where accuracy rises to the full "
+                        "NDR's, the layer learned on 1-5 functions is a general step and the "
+                        "shallow NDR fails longer inputs for lack of steps, not of learning.",
+                "tables": [table]}
 
     def readout_section(self, params: dict[str, Any], runs: RunSet, out_dir: Path
                         ) -> dict[str, Any] | None:

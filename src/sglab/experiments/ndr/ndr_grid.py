@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,6 +59,9 @@ class DepthAblation(BaseModel):
     steps: list[int]  # one NDR per entry, with this many steps (run key ``ndr@<steps>``)
     conditions: list[str] | None = None  # the conditions it runs in (None: every condition)
     train_steps: int | None = None  # its training steps (None: the NDR variant's)
+    # the report also tests each with this many steps more than it trained with (its one
+    # layer applied longer; Table 5.2's rows and claims keep the training depth)
+    extra_test_steps: list[Annotated[int, Field(ge=1)]] = [2, 4]
 
 
 class NDRParams(ExperimentParams):
@@ -197,6 +200,46 @@ def accuracy_table(params: dict[str, Any], runs: RunSet, condition_label: str
             "rows": rows,
             "note": f"chance = 1/{params['n_classes']} = {1 / params['n_classes']:.3f}; "
                     f"seeds: {params['seeds']}"}
+
+
+def test_at_steps(run: FinishedRun, steps: int) -> float:
+    """Test accuracy of ``run``'s selected checkpoint with its shared layer applied ``steps``
+    times, on every test input (evaluations during training may score a subset)."""
+    from sglab.train.evaluate import evaluate
+
+    model = run.model("best").with_eval_steps(steps)
+    return evaluate(model, run.task, TEST.split("/")[0], run.config.train.eval_batch_size)[TEST]
+
+
+def test_steps_table(params: dict[str, Any], runs: RunSet, condition_label: str
+                     ) -> dict[str, Any] | None:
+    """Test accuracy of each depth-ablation NDR at its training depth and with
+    ``depth_ablation.extra_test_steps`` more steps (mean, then every seed); None without a
+    depth ablation."""
+    extra = (params.get("depth_ablation") or {}).get("extra_test_steps") or []
+    rows = []
+    for steps in ablation_steps(params):
+        for condition in ablation_conditions(params):
+            cell = runs.where(variant=f"ndr@{steps}", **{condition_label: condition})
+            if not cell:
+                continue
+            row = [model_label(f"ndr@{steps}"), condition]
+            for n in (steps, *(steps + e for e in extra)):
+                values = [run.measure(f"test at {n} steps",
+                                      lambda run, n=n: test_at_steps(run, n)) for run in cell]
+                row.append(f"{statistics.mean(values):.3f} ("
+                           + " / ".join(f"{v:.3f}" for v in values) + ")")
+            rows.append(row)
+    if not rows:
+        return None
+    return {"title": "Depth-ablation NDRs tested with more steps than they trained with",
+            "columns": ["model", condition_label, "test, training depth",
+                        *(f"test, {e} steps more" for e in extra)],
+            "rows": rows,
+            "note": f"mean (seeds {params['seeds']}) over every test input, at the "
+                    "checkpoint with the best OOD-validation accuracy (the accuracy table "
+                    "reads the evaluation made there, which may score a subset); the extra "
+                    "steps apply the same trained layer again (nothing retrained)"}
 
 
 def group_table(params: dict[str, Any], runs: RunSet, condition_label: str,

@@ -140,7 +140,7 @@ def readout_by_length(model, task, per_length: int = 50) -> list[ReadoutCell]:
             with watching(model, ["blocks.*.attn.pattern"], captured):
                 logits = run(model, batch)  # one pass: the answers and every step's attention
             last_step = by_step(captured, "attn.pattern")[-1]  # [n, heads, N, N]
-            reader = 0 if readout == "first" else batch.input_ids.shape[1] - 1
+            reader = model.readout_positions(batch.input_ids, batch.key_padding_mask)
             answer = answer_columns(task, batch.input_ids)
             on_answer = last_step.amax(1)[torch.arange(len(index)), reader, answer]  # [n]
             correct = logits[:, 0].argmax(-1) == batch.targets[:, 0]
