@@ -436,6 +436,25 @@ def test_rates_eta_and_run_seconds_follow_the_clock_less_the_pauses(tmp_path, cl
     assert run.train_tokens == 6_000_000
 
 
+def test_long_gaps_between_logged_steps_get_progress_lines_that_record_nothing(
+        tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(schedule_module, "PROGRESS_SECONDS", 1.0)
+    run = make_run(tmp_path, steps=6, log_interval=6, eval_interval=100,
+                   checkpoint_interval=100, clock=clock)
+    lines: list[str] = []
+    schedule([run], FakeStepper([run], clock=clock), lines.append)  # 0.5 s a step
+    assert lines == ["[a] step 2/6 | 2.0 steps/s | ETA 0m02s (loss logged every 6 steps)",
+                     "[a] step 4/6 | 2.0 steps/s | ETA 0m01s (loss logged every 6 steps)",
+                     "[a] step 6/6 loss 1.0000 lr 1.00e+00 | 2.0 steps/s 0.0k tok/s | ETA 0m00s"]
+    # the logged window still spans all 6 steps; one loss record, as without the progress lines
+    assert [r["step"] for r in run.trainer.records()] == [6]
+    runs = [make_run(tmp_path, name, steps=4, log_interval=4, eval_interval=100,
+                     checkpoint_interval=100, clock=clock) for name in ("b", "c")]
+    lines = []
+    schedule(runs, FakeStepper(runs, clock=clock), lines.append, ensemble_size=2)
+    assert lines[0] == "[ensemble x2] step 2/4 | 2.0 steps/s | ETA 0m01s (loss logged every 4 steps)"
+
+
 def test_a_one_step_window_estimates_the_rest_from_that_step(tmp_path, clock):
     run = make_run(tmp_path, steps=3, log_interval=1, eval_interval=100,
                    checkpoint_interval=100, clock=clock)

@@ -146,6 +146,11 @@ class _Throughput:
         self.seconds = 0.0
         self.steps = 0
 
+    def peek(self) -> tuple[float, int]:
+        """(seconds, steps) of the window so far; it stays open."""
+        return (max(time.perf_counter() - self.window_start - self.paused, 1e-9),
+                self.window_steps)
+
     def close_window(self) -> tuple[float, int]:
         """(seconds, steps) of the window just ended; a new one starts."""
         seconds = max(time.perf_counter() - self.window_start - self.paused, 1e-9)
@@ -186,6 +191,7 @@ class _Schedule:
         # non-finite loss is reported at its exact step; on a GPU at every log, evaluation
         # and checkpoint (where the device is synchronised anyway)
         self.check_every_step = bool(runs) and runs[0].device.type == "cpu"
+        self.last_line = time.perf_counter()  # when progress was last printed
 
     def run(self) -> dict[str, dict]:
         self._leave([k for k, run in enumerate(self.active) if run.step >= run.cfg.steps],
@@ -252,6 +258,10 @@ class _Schedule:
                    if run.step % run.cfg.log_interval == 0 or run.step >= run.cfg.steps]
         if logging:
             _log(logging, clock, self.print, len(active))
+            self.last_line = time.perf_counter()
+        elif time.perf_counter() - self.last_line >= PROGRESS_SECONDS:
+            _progress(active, clock, self.print)
+            self.last_line = time.perf_counter()
 
         pause_start = time.perf_counter()
         leaving, stopped = [], set()
@@ -326,6 +336,21 @@ def _bookkeeping_step(run: RunProgress) -> bool:
     step, cfg = run.step, run.cfg
     return (step >= cfg.steps or step % cfg.log_interval == 0 or step % cfg.eval_interval == 0
             or step % cfg.checkpoint_interval == 0 or step in cfg.snapshot_steps)
+
+
+#: Between two logged steps further apart than this many seconds, a progress line (printed
+#: only; nothing is recorded) says how far the runs are.
+PROGRESS_SECONDS = 60.0
+
+
+def _progress(active: list[RunProgress], clock: _Throughput, printer: Printer) -> None:
+    """Print where the runs stand between their logged steps, at the current window's rate."""
+    seconds, steps = clock.peek()
+    step, longest = active[0].step, max(run.cfg.steps for run in active)
+    eta = format_seconds((longest - step) * seconds / max(steps, 1))
+    who = f"[{active[0].run_id}]" if len(active) == 1 else f"[ensemble x{len(active)}]"
+    printer(f"{who} step {step}/{longest} | {steps / seconds:.1f} steps/s | ETA {eta} (loss "
+            f"logged every {min(run.cfg.log_interval for run in active)} steps)")
 
 
 def _log(logging: list[RunProgress], clock: _Throughput, printer: Printer, n_active: int) -> None:
