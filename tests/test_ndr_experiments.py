@@ -442,6 +442,9 @@ def test_default_presets_run_their_seeds_and_params_are_checked(name):
     if name == "ndr-ctl":
         with pytest.raises(SglabError, match="unknown conditions"):
             experiment.preset("quick", changes=["routing_condition=sideways"])
+        with pytest.raises(SglabError, match="extra_test_steps"):
+            experiment.preset("quick", changes=["depth_ablation={steps: [4], extra_test_steps: [0]}"])
+        assert experiment.preset("default")["depth_ablation"]["extra_test_steps"] == [2, 4]
 
 
 def test_arithmetic_default_budgets():
