@@ -20,6 +20,7 @@ from sglab.config import build_run_config
 from sglab.errors import SglabError
 from sglab.experiments import run_experiment
 from sglab.experiments.claims import Measured, NotMeasured, Verdict, judge
+from sglab.experiments.ndr.ndr_grid import selection_points
 from sglab.experiments.ndr.ndr_routing import answer_columns, gates_open_in_order, readout_by_length
 from sglab.io import finite_or_none
 from sglab.models import build_model
@@ -98,6 +99,13 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     for row, direction in zip(steps_table["rows"], ("forward", "backward")):
         logged = shallow[table["columns"].index(f"test {direction}")]
         assert row[2].split()[0] == logged.split()[0]
+    # which checkpoint is kept: the first-best column is the selected record the claims read
+    kept = next(s for s in results["sections"] if s["title"] == "Which checkpoint is kept")
+    kept_rows = kept["tables"][0]["rows"]
+    assert [row[:2] for row in kept_rows] == [["+ rel + gate", 0], ["+ abs/rel + gate", 0],
+                                              ["NDR", 0]]
+    ndr_backward = claims["ndr-generalizes-both-directions"]["values"]["NDR backward"]
+    assert float(kept_rows[2][2].split()[0]) == pytest.approx(ndr_backward["seeds"][0], abs=5e-4)
 
 
 def test_arithmetic_quick_preset_measures_every_claim(tmp_path):
@@ -124,6 +132,18 @@ def test_selected_checkpoint_is_the_best_ood_validation_record(ctl_quick):
         best = max(r["ood_valid/exact_match"] for r in records)
         assert summary["best"]["value"] == best
         assert summary["best"]["metric"] == "ood_valid/exact_match"
+
+
+def test_selection_points_keep_the_first_and_last_best_validation_records():
+    records = [{"step": 1, "ood_valid/exact_match": 0.5, "ood_test/exact_match": 0.4},
+               {"step": 2, "train/loss": 1.0},  # a training record: not an evaluation
+               {"step": 3, "ood_valid/exact_match": 0.9, "ood_test/exact_match": 0.8},
+               {"step": 4, "ood_valid/exact_match": 0.7, "ood_test/exact_match": 0.95},
+               {"step": 5, "ood_valid/exact_match": 0.9, "ood_test/exact_match": 0.3},
+               {"step": 6, "ood_valid/exact_match": 0.6, "ood_test/exact_match": 0.2}]
+    assert selection_points(records) == {"first best": (3, 0.8), "last best": (5, 0.3),
+                                         "final": (6, 0.2), "peak test": (4, 0.95)}
+    assert selection_points([{"step": 1, "train/loss": 1.0}]) is None
 
 
 def test_routing_trace_has_one_map_per_step_including_extra_test_steps():

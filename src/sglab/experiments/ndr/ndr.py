@@ -37,6 +37,7 @@ from sglab.experiments.ndr.ndr_grid import (
     model_label,
     ndr_arms,
     row_keys,
+    selection_table,
     test_steps_table,
 )
 from sglab.experiments.ndr.ndr_routing import (
@@ -159,6 +160,7 @@ class NDRCTL(NDRExperiment):
             self.test_steps_section(params, runs),
             self.routing_section(params, runs, out_dir, "Routing of the NDR (Fig. 5.3)"),
             self.readout_section(params, runs, out_dir),
+            self.selection_section(params, runs),
         ]
         return {"measured": measured, "sections": [s for s in sections if s]}
 
@@ -200,6 +202,24 @@ class NDRCTL(NDRExperiment):
                         "last) as inputs grow; shown at the last step.",
                 "tables": [readout_table(curves)],
                 "figures": [readout_figure(curves, condition, out_dir)]}
+
+    def selection_section(self, params: dict[str, Any], runs: RunSet
+                          ) -> dict[str, Any] | None:
+        """How the gated models' test accuracy depends on the checkpoint kept, in the
+        routing condition (backward): the selection rules and the training length."""
+        table = selection_table(runs, [k for k in GATED if k in params["variants"]],
+                                self.condition_label, self.routing_condition(params))
+        if table is None:
+            return None
+        return {"title": "Which checkpoint is kept",
+                "text": "The thesis trains every model 'for a fixed number of n_iters "
+                        "iterations' and reports the test accuracy of 'the best checkpoint "
+                        "according to the validation performance' (App. D); the authors' code "
+                        "keeps the last of equally good checkpoints, sglab the first, and the "
+                        "presets may stop a run early. Where test accuracy falls as training "
+                        "goes on while OOD validation holds, the rule and the training length "
+                        "decide the reported number.",
+                "tables": [table]}
 
     def _depth_measures(self, params: dict[str, Any], runs: RunSet
                         ) -> dict[str, Measured | NotMeasured]:

@@ -255,3 +255,45 @@ def group_table(params: dict[str, Any], runs: RunSet, condition_label: str,
     return {"title": f"Test accuracy by {group}",
             "columns": ["model", "condition", *(f"{group}={v}" for v in values)],
             "rows": rows}
+
+
+def selection_points(evaluations: list[dict[str, Any]], select_on: str = OOD,
+                     test: str = TEST) -> dict[str, tuple[int, float]] | None:
+    """(step, test accuracy) of one run at the checkpoints that different selection rules
+    keep: ``first best`` (sglab's: the first evaluation with the best ``select_on``),
+    ``last best`` (the authors' code: the last one with that value,
+    ``paper/lib/cross_validate_stats.py``), ``final`` (the last evaluation) and ``peak test``
+    (the best test accuracy seen, which no rule may select: how much a rule leaves).
+    None when no evaluation carries both metrics."""
+    records = [r for r in evaluations if select_on in r and test in r]
+    if not records:
+        return None
+    best = max(r[select_on] for r in records)
+    at_best = [r for r in records if r[select_on] == best]
+    peak = max(records, key=lambda r: r[test])
+    return {name: (record["step"], record[test]) for name, record in
+            (("first best", at_best[0]), ("last best", at_best[-1]), ("final", records[-1]),
+             ("peak test", peak))}
+
+
+def selection_table(runs: RunSet, keys: list[str], condition_label: str, condition: str
+                    ) -> dict[str, Any] | None:
+    """Test accuracy of each seed of ``keys`` in ``condition`` at the checkpoints of
+    :func:`selection_points`; None when none of them trained."""
+    rows = []
+    for key in keys:
+        for run in runs.where(variant=key, **{condition_label: condition}):
+            points = selection_points(run.evaluations)
+            if points is None:
+                continue
+            rows.append([model_label(key), run.seed,
+                         *(f"{test:.3f} @ {step:,}" for step, test in points.values())])
+    if not rows:
+        return None
+    return {"title": f"Test accuracy by the checkpoint kept ({condition})",
+            "columns": ["model", "seed", *(f"test, {name}" for name in
+                                           ("first best OOD valid", "last best OOD valid",
+                                            "final step", "peak during training"))],
+            "rows": rows,
+            "note": "accuracy @ step, from the evaluations made during training (these may "
+                    "score a subset of each split); the claims read the first best"}
