@@ -84,7 +84,10 @@ def test_ctl_quick_preset_writes_claims_tables_and_routing_figures(ctl_quick):
     rows = readout["tables"][0]["rows"]
     assert [row[:2] for row in rows] == [["+ rel + gate", "0"], ["+ abs/rel + gate", "0"],
                                          ["NDR", "0"]]
-    assert readout["tables"][0]["columns"][2:] == ["iid_valid", "ood_valid", "ood_test"]
+    assert readout["tables"][0]["columns"][2:] == ["iid_valid", "ood_valid", "ood_test",
+                                                   "readout switch r (1 relative, 0 absolute)"]
+    # only + abs/rel + gate has the switch (Eq. D.7)
+    assert [row[-1] == "-" for row in rows] == [True, False, True]
     assert len(readout["figures"]) == 1
     # the depth ablation tested with more steps: at its training depth the analysis scores
     # exactly what the run's own evaluation logged at the selected checkpoint (the quick
@@ -217,6 +220,53 @@ def test_readout_by_length_matches_the_single_input_trace():
         assert cell.examples == len(index)
         assert cell.on_answer == pytest.approx(np.mean(attention), abs=1e-5)
         assert cell.accuracy == pytest.approx(np.mean(correct))
+        assert cell.relative_share is None  # geometric attention has no absolute/relative switch
+
+
+def test_readout_switch_is_the_last_steps_switch_of_the_readout_column():
+    """+ abs/rel + gate (Eq. D.7): the readout's switch r is sigmoid(W_ar h + b_ar) of the
+    readout column's input to the last step, one input at a time, mean over heads."""
+    from sglab.models.abs_rel import AbsRelGatedAttention
+    from sglab.tasks import build_task
+
+    config = build_run_config({"task": {"name": "ctl", "direction": "backward",
+                                        "train_size": 200, "test_size": 40,
+                                        "ood_valid_size": 40, "iid_valid_size": 40}}, [
+        "model.attention=abs_rel_gated", "model.copy_gate=true", "model.norm=post",
+        "model.attention_mask=bidirectional", "model.pos_encoding=none", "model.readout=last",
+        "model.d_model=16", "model.n_heads=2", "model.shared_layers=true", "model.n_layers=3"])
+    task = build_task(config.task)
+    torch.manual_seed(0)
+    model = build_model(config.model, len(task.vocab), len(task.vocab))
+    with torch.no_grad():  # open the copy gates and spread the switch away from 0.5, so
+        for module in model.modules():  # columns change over steps and a wrong one shows
+            if isinstance(module, AbsRelGatedAttention):
+                module.switch.weight.normal_(0, 3)
+        for name, parameter in model.named_parameters():
+            if name.endswith("gate_ffn.out.bias"):
+                parameter.fill_(0.0)
+    cells = readout_by_length(model, task, per_length=3)
+    attentions = [m for m in model.modules() if isinstance(m, AbsRelGatedAttention)]
+    for cell in cells[:4] + cells[-2:]:
+        examples = task.split(cell.split)
+        index = torch.nonzero(examples.groups["length"] == cell.functions).flatten()[:3]
+        shares = []
+        for i in index.tolist():
+            batch = examples.subset(torch.tensor([i])).batch()
+            inputs = []  # every step's attention input, in order
+            hooks = [a.register_forward_pre_hook(
+                lambda m, args, inputs=inputs: inputs.append((m, args[0]))) for a in attentions]
+            with torch.no_grad():
+                model(batch.input_ids, key_padding_mask=batch.key_padding_mask)
+                module, x = inputs[-1]
+                shares.append(float(torch.sigmoid(module.switch(x))[0, -1].mean()))
+                first = float(torch.sigmoid(module.switch(inputs[0][1]))[0, -1].mean())
+                other = float(torch.sigmoid(module.switch(x))[0, 0].mean())
+            for hook in hooks:
+                hook.remove()
+            assert len(inputs) == 3  # one shared layer, three steps
+            assert min(abs(first - shares[-1]), abs(other - shares[-1])) > 1e-3
+        assert cell.relative_share == pytest.approx(np.mean(shares), abs=1e-5)
 
 
 def test_first_open_steps():

@@ -199,7 +199,9 @@ class NDRCTL(NDRExperiment):
                         "(backward), while + abs/rel + gate 'effectively manages to use the "
                         "absolute position for the prediction'. A readout that holds at every "
                         "length keeps its attention on the answer's column (the function applied "
-                        "last) as inputs grow; shown at the last step.",
+                        "last) as inputs grow; shown at the last step, with + abs/rel + gate's "
+                        "switch there (Eq. D.7: 1 reads by relative offset, 0 by absolute "
+                        "position).",
                 "tables": [readout_table(curves)],
                 "figures": [readout_figure(curves, condition, out_dir)]}
 

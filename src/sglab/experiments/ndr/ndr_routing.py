@@ -107,6 +107,9 @@ class ReadoutCell:
     examples: int
     on_answer: float  # mean attention of the readout column on the answer's column
     accuracy: float
+    # + abs/rel + gate only: the readout column's switch r at the last step, mean over heads
+    # and inputs (Eq. D.7: 1 reads by relative offset, 0 by absolute position); else None
+    relative_share: float | None = None
 
 
 def answer_columns(task, input_ids: torch.Tensor) -> torch.Tensor:
@@ -123,10 +126,14 @@ def answer_columns(task, input_ids: torch.Tensor) -> torch.Tensor:
 def readout_by_length(model, task, per_length: int = 50) -> list[ReadoutCell]:
     """For each evaluation split and number of functions, over its first ``per_length``
     inputs: the attention of the readout column (the model's ``readout``: first or last
-    column) on the answer's column at the last step (max over heads), and the accuracy."""
+    column) on the answer's column at the last step (max over heads), the accuracy and, for
+    attention with an absolute/relative switch, that column's switch at the last step."""
     readout = model.config.readout
     if readout not in ("first", "last"):
         raise ValueError(f"the model reads out {readout!r}, not one column")
+    patterns = ["blocks.*.attn.pattern"]
+    if any(name.endswith("attn.relative_share") for name, _ in model.named_modules()):
+        patterns.append("blocks.*.attn.relative_share")
     cells = []
     for split in task.eval_splits:
         examples = task.split(split)
@@ -137,15 +144,18 @@ def readout_by_length(model, task, per_length: int = 50) -> list[ReadoutCell]:
             if not bool(batch.key_padding_mask.all()):
                 raise ValueError(f"{split}: inputs with {functions} functions differ in length")
             captured: dict[str, torch.Tensor] = {}
-            with watching(model, ["blocks.*.attn.pattern"], captured):
+            with watching(model, patterns, captured):
                 logits = run(model, batch)  # one pass: the answers and every step's attention
             last_step = by_step(captured, "attn.pattern")[-1]  # [n, heads, N, N]
             reader = model.readout_positions(batch.input_ids, batch.key_padding_mask)
             answer = answer_columns(task, batch.input_ids)
             on_answer = last_step.amax(1)[torch.arange(len(index)), reader, answer]  # [n]
             correct = logits[:, 0].argmax(-1) == batch.targets[:, 0]
+            shares = by_step(captured, "attn.relative_share")  # [steps, n, heads, N] or None
+            share = (None if shares is None else
+                     float(shares[-1][torch.arange(len(index)), :, reader].mean()))
             cells.append(ReadoutCell(split, functions, len(index), float(on_answer.mean()),
-                                     float(correct.float().mean())))
+                                     float(correct.float().mean()), share))
     return cells
 
 
@@ -173,9 +183,12 @@ def readout_figure(curves: dict[str, list[tuple[int, list[ReadoutCell]]]], condi
 
 def readout_table(curves: dict[str, list[tuple[int, list[ReadoutCell]]]]) -> dict:
     """Per model and seed, each split's mean over its lengths: attention on the answer's
-    column / accuracy."""
+    column / accuracy; and, where a model has the absolute/relative switch, the readout
+    column's switch over every length (min-max)."""
     splits = list(dict.fromkeys(c.split for seeds in curves.values() for _, cells in seeds
                                 for c in cells))
+    switched = any(c.relative_share is not None for seeds in curves.values()
+                   for _, cells in seeds for c in cells)
     rows = []
     for model_name, seeds in curves.items():
         for seed, cells in seeds:
@@ -184,10 +197,16 @@ def readout_table(curves: dict[str, list[tuple[int, list[ReadoutCell]]]]) -> dic
                 here = [c for c in cells if c.split == split]
                 row.append(f"{np.mean([c.on_answer for c in here]):.2f} / "
                            f"{np.mean([c.accuracy for c in here]):.2f}")
+            if switched:
+                shares = [c.relative_share for c in cells if c.relative_share is not None]
+                row.append(f"{min(shares):.2f}-{max(shares):.2f}" if shares else "-")
             rows.append(row)
+    columns = ["model", "seed", *splits]
+    if switched:
+        columns.append("readout switch r (1 relative, 0 absolute)")
     return {"title": "Attention of the readout column on the answer's column / accuracy, "
                      "mean over each split's lengths",
-            "columns": ["model", "seed", *splits], "rows": rows}
+            "columns": columns, "rows": rows}
 
 
 __all__ = ["ReadoutCell", "answer_columns", "gates_open_in_order", "readout_by_length",
